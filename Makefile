@@ -1,0 +1,40 @@
+# vlforge set-up. `make demo` and `make test` work on a fresh machine with Python >= 3.10.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip
+PIP_FLAGS := --quiet --disable-pip-version-check -c constraints.txt
+
+.PHONY: demo test lint venv install install-dev bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch is installed first and pinned through constraints.txt so that nothing later replaces it.
+$(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
+	$(PIP) install $(PIP_FLAGS) "torch==2.13.0"
+	$(PIP) install $(PIP_FLAGS) -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PIP) install $(PIP_FLAGS) -e ".[dev]"
+	touch $@
+
+venv: $(BIN)/python
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+demo: install
+	$(BIN)/vlforge demo
+
+lint: install-dev
+	$(BIN)/ruff check src tests benchmarks
+
+test: install-dev lint
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python benchmarks/patch_embed.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
