@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+
+_CACHE_DIR = tempfile.mkdtemp(prefix="vlforge-test-cache-")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests never read or write the user's preset cache: ``tiny:FAMILY`` presets go to a session dir."""
+    os.environ["VLFORGE_CACHE_DIR"] = _CACHE_DIR
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,79 @@
+"""Rich rendering of a :class:`~vlforge.doctor.report.DoctorReport` (the CLI's and the demo's view).
+
+Example:
+    >>> from rich.console import Console
+    >>> from vlforge.doctor import render, report
+    >>> render(report(assume="device=cpu,threads=1"), Console(file=None, width=120))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from vlforge.doctor.report import DoctorReport
+
+_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+_SHOWN_FACTS = (
+    "torch", "torch_cuda", "cudnn", "device", "gpu_name", "capability", "bf16_supported", "tf32_matmul",
+    "dtype", "attn_implementation", "memory_format", "cpu_threads", "transformers", "flash_attn",
+    "liger_kernel", "peft", "av", "python", "os",
+)
+
+
+def facts_table(rep: DoctorReport) -> Table:
+    table = Table(title="facts", show_header=True, header_style="bold")
+    table.add_column("fact")
+    table.add_column("value")
+    for name in _SHOWN_FACTS:
+        value = rep.facts.display(name)
+        if name == "memory_format" and value == "absent" and name not in rep.facts.assumed:
+            continue
+        mark = " [magenta](assumed)[/]" if name in rep.facts.assumed else ""
+        style = "dim" if value == "absent" else ""
+        table.add_row(name, f"[{style}]{value}[/]{mark}" if style else f"{value}{mark}")
+    return table
+
+
+def findings_table(rep: DoctorReport) -> Table:
+    table = Table(title="findings", show_header=True, header_style="bold", show_lines=True)
+    for column in ("fact", "finding", "severity", "cost", "fix"):
+        table.add_column(column, overflow="fold")
+    for f in rep.findings:
+        facts = ", ".join(f"{k}={v}" for k, v in f.facts.items())
+        source = f.source.split(" ")[0].rstrip(",;")
+        table.add_row(facts, f"{f.message}\n[dim]{f.rule} | {source}[/]",
+                      f"[{_STYLE[f.severity]}]{f.severity}[/]", f.cost or "-", f.fix)
+    return table
+
+
+def measurements_table(rep: DoctorReport) -> Table:
+    table = Table(title="measurement (median ms per call)", show_header=True, header_style="bold")
+    for column in ("convs", "shape", "fwd conv", "fwd GEMM", "fwd+bwd conv", "fwd+bwd GEMM", "ratio"):
+        table.add_column(column, overflow="fold")
+    for m in rep.measurements:
+        train = m.train_ms or {}
+        shape = f"{m.windows}x{m.in_channels}x{'x'.join(map(str, m.kernel))} -> {m.out_channels} {m.dtype} {m.device}"
+        table.add_row(", ".join(m.convs), shape, f"{m.forward_ms['conv']:.3g}", f"{m.forward_ms['gemm']:.3g}",
+                      f"{train['conv']:.3g}" if train else "-", f"{train['gemm']:.3g}" if train else "-",
+                      f"{m.ratio_forward:.2f}x" + (f" / {m.ratio_train:.2f}x" if m.ratio_train else ""))
+    return table
+
+
+def render(rep: DoctorReport, console: Console) -> None:
+    """Print facts, measurements and findings tables, then the verdict line."""
+    console.print(facts_table(rep))
+    if rep.model is not None:
+        convs = [c for c in rep.model.convs if c.weight_ndim == 5 or c.patchable]
+        console.print(f"model: {rep.model_source or rep.model.model_type or 'in memory'} "
+                      f"({rep.model.model_type or 'unknown type'}), {len(convs)} patch-like conv(s)")
+    if rep.measurements:
+        console.print(measurements_table(rep))
+    elif rep.bench.status == "skipped":
+        console.print(f"[dim]measurement skipped: {rep.bench.reason}[/]")
+    if rep.findings:
+        console.print(findings_table(rep))
+    style = {"ok": "bold green", "warning": "bold yellow", "error": "bold red"}[rep.verdict]
+    counts = {s: sum(f.severity == s for f in rep.findings) for s in ("error", "warning", "info")}
+    console.print(f"[{style}]doctor: {rep.verdict}[/] ({counts['error']} error(s), {counts['warning']} "
+                  f"warning(s), {counts['info']} info) exit code {rep.exit_code}")

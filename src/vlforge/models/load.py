@@ -1,0 +1,227 @@
+"""``load(path_or_preset)``: the one loader every vlforge command uses.
+
+Sources, tried in this order:
+- ``tiny:FAMILY[+untied][@SEED]`` - a tiny checkpoint (see :mod:`vlforge.models.tiny`), written once
+  into ``$VLFORGE_CACHE_DIR/tiny/`` (default ``~/.cache/vlforge/tiny/``) and then loaded from disk.
+- a local directory holding ``config.json``;
+- anything else that looks like ``org/name`` - a Hugging Face Hub id (fetched with
+  ``huggingface_hub.snapshot_download``; without network this is a :class:`ModelLoadError`).
+
+The model comes from ``AutoModelForImageTextToText`` (``AutoModelForCausalLM`` for text-only
+checkpoints), in eval mode, on ``device``; ``trust_remote_code`` stays off unless asked for.
+
+Example (CPU, a few seconds):
+    >>> from vlforge.models import load
+    >>> loaded = load("tiny:qwen3_vl@0")                               # doctest: +SKIP
+    >>> loaded.family, loaded.model.training                            # doctest: +SKIP
+    ('qwen3_vl', False)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vlforge.errors import ConfigError, ModelLoadError
+from vlforge.models import tiny
+from vlforge.models.compat import ensure_processor_support
+
+logger = logging.getLogger(__name__)
+
+PRESET_PREFIX = "tiny:"
+_PRESET = re.compile(r"^tiny:(?P<family>[a-z0-9_]+)(?P<untied>\+untied)?(?:@(?P<seed>-?\d+))?$")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_DTYPES = {
+    "float32": "float32", "fp32": "float32", "float": "float32",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float16": "float16", "fp16": "float16", "half": "float16",
+}
+
+
+@dataclass
+class LoadedModel:
+    """What :func:`load` returns."""
+
+    model: Any
+    """The ``PreTrainedModel``, in eval mode."""
+    processor: Any | None
+    """The ``ProcessorMixin`` (None for text-only checkpoints or ``processor=False``)."""
+    tokenizer: Any | None
+    source: str
+    """What the caller asked for (preset, path or hub id)."""
+    path: Path
+    """Local directory the checkpoint was read from."""
+    family: str
+    """``config.model_type``, e.g. ``qwen3_vl``."""
+
+
+def parse_dtype(dtype: Any):
+    """A torch dtype (or ``"auto"``) from a string such as ``"bf16"`` or a torch dtype."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str):
+        key = dtype.strip().lower().removeprefix("torch.")
+        if key == "auto":
+            return "auto"
+        if key in _DTYPES:
+            return getattr(torch, _DTYPES[key])
+    raise ConfigError(
+        f"unknown dtype {dtype!r}; use one of {', '.join(sorted(set(_DTYPES) | {'auto'}))} or a torch.dtype"
+    )
+
+
+def cache_dir() -> Path:
+    """Root of vlforge's cache (``$VLFORGE_CACHE_DIR`` or ``~/.cache/vlforge``)."""
+    root = os.environ.get("VLFORGE_CACHE_DIR")
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "vlforge"
+
+
+def preset_path(preset: str) -> Path:
+    """Cache directory of a ``tiny:`` preset, written on first use."""
+    match = _PRESET.match(preset.strip())
+    if match is None:
+        raise ConfigError(
+            f"bad preset {preset!r}; expected tiny:FAMILY[+untied][@SEED] with FAMILY one of "
+            + ", ".join(tiny.families())
+        )
+    family, seed, tied = match["family"], int(match["seed"] or 0), match["untied"] is None
+    tiny.spec(family)
+    import transformers
+
+    fingerprint = json.dumps(
+        [tiny.spec(family).model_dump(), tied, transformers.__version__, tiny.VOCAB_MULTIPLE], sort_keys=True
+    )
+    digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
+    name = f"{family}{'' if tied else '+untied'}-seed{seed}-{digest}"
+    path = cache_dir() / "tiny" / name
+    if not (path / tiny.MARKER).is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path.parent / f".{name}.lock"):  # ranks of one job may ask at the same time
+            if not (path / tiny.MARKER).is_file():
+                tiny.write_tiny(family, path, seed=seed, tie_word_embeddings=tied)
+    return path
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path):
+    """An exclusive advisory file lock (no-op where ``fcntl`` is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    with open(lock_path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def resolve(path_or_preset: str | os.PathLike[str]) -> Path:
+    """The local checkpoint directory of a preset, a directory or a hub id."""
+    text = os.fspath(path_or_preset)
+    if text.startswith(PRESET_PREFIX):
+        return preset_path(text)
+    path = Path(text).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ModelLoadError(f"{path} is a file; pass the checkpoint directory that holds config.json")
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"{path} has no config.json; it is not a Hugging Face checkpoint directory")
+        return path.absolute()
+    if not _HUB_ID.match(text) or text.startswith((".", "~")):
+        raise ModelLoadError(f"{path} does not exist (and is neither a tiny: preset nor an org/name hub id)")
+    return _download(text)
+
+
+def _download(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id))
+    except Exception as error:  # network, auth, unknown repo: all mean "cannot load this id"
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ModelLoadError(
+            f"cannot fetch {repo_id!r} from the Hugging Face Hub ({type(error).__name__}: {first}); "
+            "pass a local checkpoint directory or a tiny:FAMILY preset"
+        ) from error
+
+
+def _model_class(config):
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING
+
+    if type(config) in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING:
+        return AutoModelForImageTextToText
+    return AutoModelForCausalLM
+
+
+def load(
+    path_or_preset: str | os.PathLike[str],
+    *,
+    dtype: Any = "float32",
+    device: Any = "cpu",
+    attn_implementation: str | None = None,
+    trust_remote_code: bool = False,
+    processor: bool = True,
+) -> LoadedModel:
+    """Load a model (eval mode), its processor and tokenizer from a preset, directory or hub id."""
+    import torch
+    from transformers import AutoConfig, AutoProcessor, AutoTokenizer, PreTrainedTokenizerBase
+
+    torch_dtype = parse_dtype(dtype)
+    try:
+        torch_device = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ConfigError(f"unknown device {device!r}: {error}") from None
+    source = os.fspath(path_or_preset)
+    path = resolve(path_or_preset)
+    ensure_processor_support()
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except Exception as error:
+        raise ModelLoadError(f"cannot read {path / 'config.json'}: {error}") from error
+    model_class = _model_class(config)
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if attn_implementation is not None:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = model_class.from_pretrained(path, **kwargs)
+    except Exception as error:
+        raise ModelLoadError(f"cannot load the model in {path} with {model_class.__name__}: {error}") from error
+    model = model.to(torch_device).eval()
+
+    loaded_processor = tokenizer = None
+    if processor:
+        try:
+            loaded = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+        except Exception as error:
+            raise ModelLoadError(
+                f"cannot load the processor in {path}: {error} (pass processor=False to skip it)"
+            ) from error
+        if isinstance(loaded, PreTrainedTokenizerBase):
+            tokenizer = loaded
+        else:
+            loaded_processor = loaded
+            tokenizer = getattr(loaded, "tokenizer", None)
+    elif (path / "tokenizer_config.json").is_file() or (path / "tokenizer.json").is_file():
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    logger.info("loaded %s (%s, %s) from %s", source, config.model_type, torch_dtype, path)
+    return LoadedModel(
+        model=model,
+        processor=loaded_processor,
+        tokenizer=tokenizer,
+        source=source,
+        path=path,
+        family=config.model_type,
+    )

@@ -1,0 +1,496 @@
+"""The native training-config schema: typed sections, field docs, and checks at construction.
+
+Every section forbids unknown keys. Checks that involve two fields raise a ``vlforge_field`` error whose
+``field`` names the key at fault (relative to the section), so the loader can point at the exact key.
+
+Example:
+    >>> from vlforge.train.schema import TrainConfig
+    >>> cfg = TrainConfig(data={"datasets": [{"path": "a.jsonl"}]}, model={"load_from_pretrained_path": "tiny:qwen3_vl"})
+    >>> cfg.training.lr_scheduler_type, cfg.fsdp.mixed_precision
+    ('linear', 'fp32_master')
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from pathlib import PurePath
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+logger = logging.getLogger(__name__)
+
+#: File suffixes a data file may have, and the data_type each one means.
+DATA_SUFFIXES = {".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
+DATASET_LIST_SUFFIXES = (".yaml", ".yml")
+
+
+def field_error(field: str, message: str) -> PydanticCustomError:
+    """An error about ``field`` (dotted, relative to the model raising it) with a one-line message."""
+    return PydanticCustomError("vlforge_field", message, {"field": field})
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are errors, attribute docstrings document fields."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
+
+
+class DatasetSource(Section):
+    """One data file of the training mixture."""
+
+    path: str = Field(min_length=1)
+    """Data file in the chat ``messages`` format: ``.json``, ``.jsonl``, ``.parquet`` or ``.arrow``."""
+    data_folder: str = ""
+    """Directory that relative image/video paths inside the samples resolve against ("" = the file's own)."""
+    data_type: Literal["json", "jsonl", "parquet", "arrow"] | None = None
+    """Format of ``path``; null means "from the file suffix"."""
+    weight: float = Field(default=1.0, gt=0)
+    """Sampling weight of this file in the mixture (relative to the other entries)."""
+    max_samples: int | None = Field(default=None, ge=1)
+    """Use at most this many samples of the file; null uses all."""
+
+    @model_validator(mode="after")
+    def _known_type(self) -> DatasetSource:
+        if self.data_type is None and PurePath(self.path).suffix.lower() not in DATA_SUFFIXES:
+            raise field_error(
+                "data_type",
+                f"cannot tell the format of {self.path!r} from its suffix; set data_type to one of "
+                "json, jsonl, parquet, arrow",
+            )
+        return self
+
+
+class DataConfig(Section):
+    """Where the training samples come from and what to do with bad ones."""
+
+    datasets: list[DatasetSource] | None = None
+    """Inline list of data files (LMMS ``dataset_format: yaml`` with ``datasets:``)."""
+    dataset_path: str | None = None
+    """A dataset YAML listing ``datasets:`` entries, or a single data file; alternative to ``datasets``."""
+    dataset_format: Literal["json", "jsonl", "yaml", "parquet", "arrow"] | None = None
+    """Format of ``dataset_path`` (``yaml`` for a dataset list); null means "from the suffix"."""
+    streaming: bool = False
+    """Read the data as a stream (iterable dataset, length unknown): ``training.max_steps`` is required."""
+    shuffle: bool = True
+    """Shuffle the samples (seeded by ``training.seed``)."""
+    on_error: Literal["raise", "skip"] = "raise"
+    """A sample that cannot be used stops training (``raise``) or is skipped, counted and reported (``skip``)."""
+    eval_dataset_path: str | None = None
+    """Dataset YAML or data file for the eval loss (used when ``training.eval_strategy`` is ``steps``)."""
+    allow_path_escape: bool = False
+    """Allow relative media paths that leave their ``data_folder`` (rejected by default)."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataConfig:
+        if self.datasets is None and self.dataset_path is None:
+            raise field_error("datasets", "no training data: give data.datasets (a list) or data.dataset_path")
+        if self.datasets is not None and self.dataset_path is not None:
+            raise field_error("dataset_path", "give data.datasets or data.dataset_path, not both")
+        if self.datasets is not None and not self.datasets:
+            raise field_error("datasets", "the dataset list is empty")
+        if self.datasets is not None and self.dataset_format not in (None, "yaml"):
+            raise field_error(
+                "dataset_format",
+                f"dataset_format {self.dataset_format!r} does not fit an inline datasets list (use yaml or omit it)",
+            )
+        if self.dataset_path is not None and self.dataset_format is None:
+            suffix = PurePath(self.dataset_path).suffix.lower()
+            if suffix not in DATA_SUFFIXES and suffix not in DATASET_LIST_SUFFIXES:
+                raise field_error(
+                    "dataset_format",
+                    f"cannot tell the format of {self.dataset_path!r} from its suffix; set dataset_format",
+                )
+        return self
+
+
+class ProcessorConfig(Section):
+    """The Hugging Face processor that turns chat samples into token ids and pixels."""
+
+    processor_name: str | None = None
+    """Processor directory or preset; null uses ``model.load_from_pretrained_path``."""
+    processor_type: Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v"] | None = None
+    """Model family the processing rules follow; null takes it from the checkpoint's ``model_type``."""
+    min_pixels: int | None = Field(default=None, ge=1)
+    """Smallest image area in pixels after resizing; null keeps the processor's own value."""
+    max_pixels: int | None = Field(default=None, ge=1)
+    """Largest image area in pixels after resizing; null keeps the processor's own value."""
+
+    @model_validator(mode="after")
+    def _pixel_range(self) -> ProcessorConfig:
+        if self.min_pixels is not None and self.max_pixels is not None and self.min_pixels > self.max_pixels:
+            raise field_error("min_pixels", f"min_pixels ({self.min_pixels}) is above max_pixels ({self.max_pixels})")
+        return self
+
+
+class PackingConfig(Section):
+    """Packing several samples into one row of ``packing_length`` tokens, and length filtering."""
+
+    packing: bool = False
+    """Pack samples into rows (attention never crosses sample boundaries)."""
+    packing_length: int | None = Field(default=None, ge=1)
+    """Tokens per packed row; also the ``filter_overlong`` limit unless ``max_length`` is set."""
+    max_length: int | None = Field(default=None, ge=1)
+    """Longest sample in tokens for ``filter_overlong`` (default: ``packing_length``)."""
+    packing_strategy: Literal["first_fit", "best_fit"] = "first_fit"
+    """How samples are assigned to rows."""
+    filter_overlong: bool = False
+    """Drop (and count) samples over the length limit instead of failing on them (never truncated)."""
+    group_by_length: bool = False
+    """Batch samples of similar length together to reduce padding."""
+
+    @model_validator(mode="after")
+    def _length_needed(self) -> PackingConfig:
+        if self.packing and self.packing_length is None:
+            raise field_error("packing_length", "packing: true needs packing_length (tokens per packed row)")
+        if self.filter_overlong and self.packing_length is None and self.max_length is None:
+            raise field_error("max_length", "filter_overlong: true needs max_length or packing_length (the limit)")
+        limits = (self.max_length, self.packing_length)
+        if self.packing and None not in limits and limits[0] > limits[1]:
+            raise field_error("max_length", f"max_length ({limits[0]}) exceeds packing_length ({limits[1]})")
+        return self
+
+
+class VideoConfig(Section):
+    """How video frames are sampled and resized (decoded with PyAV)."""
+
+    video_backend: Literal["pyav", "qwen_vl_utils", "decord", "torchvision"] = "pyav"
+    """Decoder; vlforge always decodes with PyAV, other names are accepted for LMMS configs (with a warning)."""
+    video_sampling_strategy: Literal["fps", "frame_num"] = "fps"
+    """Sample frames at ``fps`` frames per second, or a fixed ``frame_num`` frames per video."""
+    video_max_pixels: int | None = Field(default=None, ge=1)
+    """Largest frame area in pixels after resizing; null keeps the processor's own value."""
+    video_min_pixels: int | None = Field(default=None, ge=1)
+    """Smallest frame area in pixels after resizing; null keeps the processor's own value."""
+    video_min_frames: int | None = Field(default=None, ge=1)
+    """Fewest frames taken from one video; null keeps the processor's own value."""
+    video_max_frames: int | None = Field(default=None, ge=1)
+    """Most frames taken from one video; null keeps the processor's own value."""
+    fps: float = Field(default=1.0, gt=0)
+    """Frames per second sampled when ``video_sampling_strategy`` is ``fps``."""
+    frame_num: int = Field(default=64, ge=1)
+    """Frames per video when ``video_sampling_strategy`` is ``frame_num``."""
+
+    @model_validator(mode="after")
+    def _ranges(self) -> VideoConfig:
+        for low, high in (("video_min_pixels", "video_max_pixels"), ("video_min_frames", "video_max_frames")):
+            low_value, high_value = getattr(self, low), getattr(self, high)
+            if low_value is not None and high_value is not None and low_value > high_value:
+                raise field_error(low, f"{low} ({low_value}) is above {high} ({high_value})")
+        return self
+
+
+class LoraConfig(Section):
+    """Low-rank adapters (through peft) instead of full fine-tuning."""
+
+    r: int = Field(default=16, ge=1)
+    """Rank of the adapters."""
+    alpha: float = Field(default=32.0, gt=0)
+    """Scaling numerator: the update is multiplied by ``alpha / r``."""
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1)
+    """Module names (or suffixes) that get adapters."""
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    """Dropout on the adapter input."""
+
+
+class ModelConfig(Section):
+    """The checkpoint to train and how it is loaded."""
+
+    load_from_pretrained_path: str = Field(min_length=1)
+    """Checkpoint directory, tiny preset (``tiny:qwen3_vl``) or hub id."""
+    attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
+    """Attention kernel of the decoder; flash_attention_2 needs flash-attn and a GPU."""
+    freeze_modules: list[str] = Field(default_factory=list)
+    """Dotted module paths whose parameters are not trained, e.g. ``visual``."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    lora: LoraConfig | None = None
+    """Train LoRA adapters instead of all weights; null trains all (unfrozen) weights."""
+    patch: bool = True
+    """Apply ``vlforge.patch`` (patch-embedding convolutions as one GEMM) after loading."""
+    patch_precision: Literal["native", "fp32"] = "native"
+    """Precision of the patched GEMM: the input's own dtype, or fp32 then cast back."""
+
+    @field_validator("freeze_modules", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return [] if value is None else value
+
+
+class TrainingConfig(Section):
+    """Batch sizes, optimiser, schedule, precision and evaluation cadence."""
+
+    per_device_train_batch_size: int = Field(default=1, ge=1)
+    """Samples (or packed rows) per process per micro-step."""
+    gradient_accumulation_steps: int = Field(default=1, ge=1)
+    """Micro-steps per optimiser step; the loss is the mean over all label tokens of the whole step."""
+    learning_rate: float = Field(default=1e-5, gt=0)
+    """Peak learning rate of AdamW."""
+    weight_decay: float = Field(default=0.0, ge=0)
+    """AdamW decoupled weight decay."""
+    adam_beta1: float = Field(default=0.9, ge=0, lt=1)
+    """AdamW beta1."""
+    adam_beta2: float = Field(default=0.999, ge=0, lt=1)
+    """AdamW beta2."""
+    adam_epsilon: float = Field(default=1e-8, gt=0)
+    """AdamW epsilon."""
+    num_train_epochs: float = Field(default=1.0, gt=0)
+    """Passes over the data; ignored when ``max_steps`` is set."""
+    max_steps: int | None = Field(default=None, ge=1)
+    """Total optimiser steps; required for streaming data; overrides ``num_train_epochs``."""
+    warmup_ratio: float = Field(default=0.0, ge=0, lt=1)
+    """Fraction of the total steps with linear warm-up, in [0, 1)."""
+    warmup_steps: int = Field(default=0, ge=0)
+    """Warm-up steps (alternative to ``warmup_ratio``)."""
+    lr_scheduler_type: Literal["linear", "cosine", "constant", "wsd"] = "linear"
+    """Schedule after warm-up: linear or cosine decay to 0, constant, or warmup-stable-decay."""
+    lr_decay_ratio: float = Field(default=0.1, gt=0, le=1)
+    """For ``wsd``: fraction of the total steps spent in the final decay."""
+    max_grad_norm: float | None = Field(default=1.0, gt=0)
+    """Clip the global gradient norm to this value; null disables clipping."""
+    seed: int = Field(default=42, ge=0)
+    """Seed of model initialisation extras, data order and dropout."""
+    bf16: bool = False
+    """Compute in bfloat16 (see ``fsdp.mixed_precision`` for the master weights)."""
+    fp16: bool = False
+    """Compute in float16 with loss scaling (bf16 is preferred)."""
+    eval_strategy: Literal["no", "steps"] = "no"
+    """``steps``: compute the eval loss every ``eval_steps`` on ``data.eval_dataset_path``."""
+    eval_steps: int | None = Field(default=None, ge=1)
+    """Optimiser steps between eval-loss computations."""
+
+    @field_validator("eval_strategy", mode="before")
+    @classmethod
+    def _yaml_no(cls, value: Any) -> Any:
+        return "no" if value is False else value  # YAML 1.1 reads an unquoted `no` as false
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrainingConfig:
+        if self.bf16 and self.fp16:
+            raise field_error("fp16", "bf16 and fp16 are both true; choose one (bf16 is preferred)")
+        if self.warmup_ratio and self.warmup_steps:
+            raise field_error("warmup_steps", "give warmup_ratio or warmup_steps, not both")
+        if self.eval_strategy == "steps" and self.eval_steps is None:
+            raise field_error("eval_steps", "eval_strategy: steps needs eval_steps")
+        return self
+
+
+class FsdpConfig(Section):
+    """Sharding with FSDP2 (``fully_shard``) and the mixed-precision policy."""
+
+    fsdp2: bool = True
+    """Shard parameters, gradients and optimiser state with FSDP2; false keeps a full replica per process."""
+    transformer_layer_cls_to_wrap: list[str] | None = None
+    """Layer classes sharded as units; null uses the model's own ``_no_split_modules``."""
+    reshard_after_forward: bool = True
+    """Free gathered parameters after the forward (less memory, one more all-gather in backward)."""
+    mixed_precision: Literal["fp32_master", "pure_bf16"] = "fp32_master"
+    """With bf16: fp32 master weights and fp32 gradient reduction, or everything in bf16 (less memory)."""
+
+    @field_validator("transformer_layer_cls_to_wrap", mode="before")
+    @classmethod
+    def _one_name(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @field_validator("transformer_layer_cls_to_wrap")
+    @classmethod
+    def _not_empty(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("an empty list wraps nothing; use null for the model's own layer classes")
+        return value
+
+
+class LoggingConfig(Section):
+    """Metrics cadence and sinks (a JSONL file in ``output_dir`` is always written)."""
+
+    logging_steps: int = Field(default=10, ge=1)
+    """Optimiser steps between metric logs (the only host syncs for logging)."""
+    report_to: list[Literal["wandb", "tensorboard"]] = Field(default_factory=list)
+    """Extra sinks: ``wandb``, ``tensorboard`` (``none`` or [] for none, ``all`` for both)."""
+    run_name: str | None = None
+    """Run name shown by the sinks; null uses the output directory name."""
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _normalise(cls, value: Any) -> Any:
+        if value is None or value == "none":
+            return []
+        if value == "all":
+            return ["tensorboard", "wandb"]
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list):
+            return [item for item in value if item != "none"]
+        return value
+
+
+class CheckpointingConfig(Section):
+    """Where checkpoints go, how often, how many are kept, and resuming."""
+
+    output_dir: str = Field(default="output", min_length=1)
+    """Directory of checkpoints, metrics and the final Hugging Face export."""
+    save_steps: int = Field(default=500, ge=1)
+    """Optimiser steps between checkpoints."""
+    save_total_limit: int | None = Field(default=None, ge=1)
+    """Keep at most this many checkpoints (oldest deleted first); null keeps all."""
+    resume: str = Field(default="auto", min_length=1)
+    """``auto`` (latest checkpoint in output_dir, if any), ``none``, or a checkpoint directory."""
+
+
+class TrainConfig(Section):
+    """A whole training run. YAML is its serialised form (see ``vlforge validate``)."""
+
+    trainer_type: Literal["fsdp2_trainer"] = "fsdp2_trainer"
+    """The training engine (one: FSDP2); kept so LMMS Engine configs name it."""
+    data: DataConfig
+    """Training (and eval) data."""
+    processor: ProcessorConfig = Field(default_factory=ProcessorConfig)
+    """Processor choice and image pixel limits."""
+    packing: PackingConfig = Field(default_factory=PackingConfig)
+    """Packing and length filtering."""
+    video: VideoConfig = Field(default_factory=VideoConfig)
+    """Video frame sampling."""
+    model: ModelConfig
+    """Checkpoint and how it is loaded."""
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    """Optimisation hyper-parameters."""
+    fsdp: FsdpConfig = Field(default_factory=FsdpConfig)
+    """Sharding and mixed precision."""
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    """Metrics cadence and sinks."""
+    checkpointing: CheckpointingConfig = Field(default_factory=CheckpointingConfig)
+    """Checkpoints and resume."""
+    sp_ulysses_degree: int = Field(default=1, ge=1)
+    """Ulysses sequence-parallel degree; only 1 is available in this version."""
+    use_liger_kernel: bool = False
+    """Use Liger fused kernels when liger-kernel is installed."""
+    use_rmpad: bool = False
+    """Remove padding: run packed/varlen rows without pad tokens."""
+    dataloader_num_workers: int = Field(default=0, ge=0)
+    """DataLoader worker processes per training process."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _empty_sections(cls, data: Any) -> Any:
+        """A section written with nothing under it (``training:``) means "all defaults"."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if not (value is None and key in SECTION_FIELDS)}
+        return data
+
+    @field_validator("sp_ulysses_degree")
+    @classmethod
+    def _no_sequence_parallel(cls, value: int) -> int:
+        if value > 1:
+            raise ValueError(
+                f"sequence parallelism (sp_ulysses_degree={value}) is not available yet in vlforge; "
+                "set sp_ulysses_degree: 1"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _across_sections(self) -> TrainConfig:
+        if self.data.streaming and self.training.max_steps is None:
+            raise field_error(
+                "training.max_steps", "streaming data has no known length: set training.max_steps"
+            )
+        if self.training.eval_strategy == "steps" and self.data.eval_dataset_path is None:
+            raise field_error("data.eval_dataset_path", "eval_strategy: steps needs data.eval_dataset_path")
+        if self.fsdp.mixed_precision == "pure_bf16" and not self.training.bf16:
+            raise field_error("fsdp.mixed_precision", "mixed_precision: pure_bf16 needs training.bf16: true")
+        return self
+
+    def to_yaml(self) -> str:
+        """The resolved config as native-layout YAML; ``load_config`` of it gives an equal config."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)  # non-ASCII escaped: exact round trip
+
+    def resolved_attn_implementation(self) -> str:
+        """The attention kernel to load with here: ``flash_attention_2`` becomes ``sdpa`` when unusable."""
+        if self.model.attn_implementation == "flash_attention_2" and not _flash_attention_usable():
+            return "sdpa"
+        return self.model.attn_implementation
+
+    def inert_warnings(self) -> list[str]:
+        """Settings that are accepted but have no effect on this machine, one sentence each."""
+        return _inert_warnings(self)
+
+
+#: Top-level fields that are sections (``data``, ``model``, ``training``, ...).
+SECTION_FIELDS = frozenset(
+    name for name, info in TrainConfig.model_fields.items() if isinstance(info.annotation, type)
+    and issubclass(info.annotation, BaseModel)
+)
+
+
+def _importable(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _inert_warnings(cfg: TrainConfig) -> list[str]:
+    notes: list[str] = []
+    if cfg.use_liger_kernel and not _importable("liger_kernel"):
+        notes.append("use_liger_kernel: true has no effect: liger-kernel is not installed here")
+    if cfg.video.video_backend != "pyav":
+        notes.append(
+            f"video.video_backend: {cfg.video.video_backend!r} has no effect: vlforge decodes video with PyAV "
+            "(same frame sampling and resize rules)"
+        )
+    if cfg.model.attn_implementation == "flash_attention_2" and not _flash_attention_usable():
+        notes.append(
+            "model.attn_implementation: 'flash_attention_2' has no effect: flash-attn or a CUDA GPU is missing "
+            "here; sdpa is used instead"
+        )
+    for sink, module in (("wandb", "wandb"), ("tensorboard", "tensorboard")):
+        if sink in cfg.logging.report_to and not _importable(module):
+            notes.append(f"logging.report_to: {sink!r} has no effect: {module} is not installed here")
+    if cfg.model.lora is not None and not _importable("peft"):
+        notes.append("model.lora has no effect until peft is installed (pip install peft)")
+    packing = cfg.packing
+    if packing.packing_length is not None and not packing.packing and (
+        not packing.filter_overlong or packing.max_length is not None
+    ):
+        notes.append("packing.packing_length has no effect: packing is off and it is not the filter_overlong limit")
+    if not cfg.fsdp.fsdp2 and (cfg.fsdp.transformer_layer_cls_to_wrap is not None or not cfg.fsdp.reshard_after_forward):
+        notes.append("fsdp.transformer_layer_cls_to_wrap / reshard_after_forward have no effect: fsdp.fsdp2 is false")
+    if cfg.training.eval_strategy == "no" and cfg.training.eval_steps is not None:
+        notes.append("training.eval_steps has no effect: training.eval_strategy is 'no'")
+    if cfg.fsdp.mixed_precision == "pure_bf16" and cfg.training.fp16:
+        notes.append("fsdp.mixed_precision: 'pure_bf16' has no effect with fp16")
+    return notes
+
+
+def _flash_attention_usable() -> bool:
+    if not _importable("flash_attn"):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+#: Every section model reachable from TrainConfig, by dotted path ("" is the top level).
+def section_models() -> dict[str, type[BaseModel]]:
+    """Dotted section path -> model class, e.g. ``{"": TrainConfig, "training": TrainingConfig, ...}``."""
+    found: dict[str, type[BaseModel]] = {}
+
+    def visit(prefix: str, cls: type[BaseModel]) -> None:
+        found[prefix] = cls
+        for name, info in cls.model_fields.items():
+            sub = model_in_annotation(info.annotation)
+            if sub is not None:
+                visit(f"{prefix}.{name}" if prefix else name, sub)
+
+    visit("", TrainConfig)
+    return found
+
+
+def model_in_annotation(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel class inside ``annotation`` (through ``X | None`` and ``list[X]``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = model_in_annotation(arg)
+        if found is not None:
+            return found
+    return None
