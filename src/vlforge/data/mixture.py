@@ -1,0 +1,85 @@
+"""Weighted interleaving of several sources with a resumable RNG and read positions.
+
+Each draw picks a source that still has records with probability proportional to its ``weight``;
+a source ends at end of file or after ``max_samples`` records. When all have ended, the next epoch
+starts (sources rewound) until ``epochs`` passes are done (``None``: forever).
+
+Example:
+    >>> import json, tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> for name in "ab":
+    ...     _ = (d / f"{name}.jsonl").write_text("".join(json.dumps({"k": f"{name}{i}"}) + "\\n" for i in range(3)))
+    >>> from vlforge.data.config import ResolvedEntry
+    >>> mix = Mixture([ResolvedEntry(d / f"{n}.jsonl", d, "jsonl", 1.0, None) for n in "ab"], seed=0)
+    >>> sorted(r.record["k"] for _, r in iter(mix.next, None))
+    ['a0', 'a1', 'a2', 'b0', 'b1', 'b2']
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from vlforge.data.config import ResolvedEntry
+from vlforge.data.sources import RawRecord, open_source
+from vlforge.errors import DataError
+
+
+class Mixture:
+    """Draw records from several sources; ``state_dict()`` captures positions, counts and the RNG."""
+
+    def __init__(self, entries: list[ResolvedEntry], *, seed: int = 0, epochs: int | None = 1) -> None:
+        self.entries = entries
+        self.sources = [open_source(e.path, e.data_type) for e in entries]
+        self.epochs = epochs
+        self.rng = random.Random(seed)
+        self.epoch = 0
+        self.taken = [0] * len(entries)
+        self.ended = [False] * len(entries)
+
+    def _new_epoch(self) -> bool:
+        if not any(self.taken):
+            raise DataError(f"the datasets hold no records: {', '.join(str(e.path) for e in self.entries)}")
+        self.epoch += 1
+        if self.epochs is not None and self.epoch >= self.epochs:
+            return False
+        for source in self.sources:
+            source.reset()
+        self.taken = [0] * len(self.entries)
+        self.ended = [False] * len(self.entries)
+        return True
+
+    def next(self) -> tuple[int, RawRecord] | None:
+        """``(entry_index, record)`` or ``None`` when every epoch is done."""
+        while True:
+            live = [i for i, ended in enumerate(self.ended) if not ended]
+            if not live:
+                if not self._new_epoch():
+                    return None
+                continue
+            i = live[0] if len(live) == 1 else self.rng.choices(live, weights=[self.entries[j].weight for j in live])[0]
+            limit = self.entries[i].max_samples
+            record = None if limit is not None and self.taken[i] >= limit else self.sources[i].next_record()
+            if record is None:
+                self.ended[i] = True
+                continue
+            self.taken[i] += 1
+            return i, record
+
+    def state_dict(self) -> dict[str, Any]:
+        version, internal, gauss = self.rng.getstate()
+        return {"rng": [version, list(internal), gauss], "epoch": self.epoch, "taken": list(self.taken),
+                "ended": list(self.ended), "sources": [s.state_dict() for s in self.sources]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if len(state["sources"]) != len(self.sources):
+            raise DataError(f"resume state has {len(state['sources'])} sources, the config {len(self.sources)}")
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.epoch, self.taken, self.ended = state["epoch"], list(state["taken"]), list(state["ended"])
+        for source, s in zip(self.sources, state["sources"], strict=True):
+            source.load_state_dict(s)
+
+    def close(self) -> None:
+        for source in self.sources:
+            source.close()

@@ -1,0 +1,280 @@
+"""Dataset files read as streams of raw records with a resumable read position.
+
+``jsonl``, ``parquet`` and ``arrow`` are read incrementally (memory does not grow with the file);
+``json`` (one JSON array) is parsed whole. Each record comes back as a :class:`RawRecord` naming its
+file and line/row; a line that does not parse comes back with ``error`` set instead of raising, so the
+caller can apply ``on_error``.
+
+Example:
+    >>> import json, tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp()); f = d / "a.jsonl"
+    >>> _ = f.write_text(json.dumps({"messages": []}) + "\\n" + "{oops\\n")
+    >>> src = open_source(f)
+    >>> [(r.location, r.error.reason if r.error else None) for r in iter(src.next_record, None)]
+    [('line 1', None), ('line 2', 'malformed_json')]
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vlforge.data.errors import SampleError
+from vlforge.errors import DataError
+
+DATA_TYPES = ("json", "jsonl", "parquet", "arrow")
+_EXTENSIONS = {".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
+
+
+@dataclass
+class RawRecord:
+    """One record as read from a file: the decoded dict, or the error that prevented decoding it."""
+
+    source: str  # dataset file path as given
+    location: str  # "line 12" / "row 5" / "item 3"
+    record: dict[str, Any] | None
+    error: SampleError | None = None
+
+
+def infer_data_type(path: str | Path) -> str:
+    """``data_type`` from the file extension, or a :class:`DataError` naming the file."""
+    kind = _EXTENSIONS.get(Path(path).suffix.lower())
+    if kind is None:
+        raise DataError(f"{path}: cannot infer data_type from extension; set data_type to one of {DATA_TYPES}")
+    return kind
+
+
+class Source:
+    """A resumable reader; ``next_record()`` returns ``None`` at the end of the file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise DataError(f"{self.path}: dataset file not found")
+        self.name = str(path)
+
+    def next_record(self) -> RawRecord | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        self.load_state_dict(self._initial_state())
+
+    def _initial_state(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release file handles (reopened lazily on the next read)."""
+
+    def _decoded(self, location: str, value: Any) -> RawRecord:
+        if isinstance(value, dict):
+            return RawRecord(self.name, location, value)
+        err = SampleError("schema", self.name, location, f"expected a JSON object, got {type(value).__name__}")
+        return RawRecord(self.name, location, None, err)
+
+
+class JsonlSource(Source):
+    """One JSON object per line; state is the byte offset and line number of the next line."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        self._fh = None
+        self._offset = 0
+        self._line = 0
+
+    def _initial_state(self) -> dict[str, Any]:
+        return {"offset": 0, "line": 0}
+
+    def next_record(self) -> RawRecord | None:
+        if self._fh is None:
+            self._fh = open(self.path, "rb")  # noqa: SIM115 - kept open across calls, closed in close()
+            self._fh.seek(self._offset)
+        while True:
+            raw = self._fh.readline()
+            if not raw:
+                return None
+            self._offset += len(raw)
+            self._line += 1
+            text = raw.strip()
+            if not text:
+                continue
+            location = f"line {self._line}"
+            try:
+                value = json.loads(text)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                err = SampleError("malformed_json", self.name, location, f"invalid JSON: {exc}")
+                return RawRecord(self.name, location, None, err)
+            return self._decoded(location, value)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"offset": self._offset, "line": self._line}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.close()
+        self._offset, self._line = int(state["offset"]), int(state["line"])
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+class JsonSource(Source):
+    """A JSON array of objects (parsed whole, on first read); state is the next item index."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        self._items: list[Any] | None = None
+        self._index = 0
+
+    def _initial_state(self) -> dict[str, Any]:
+        return {"index": 0}
+
+    def _load(self) -> list[Any]:
+        if self._items is None:
+            try:
+                items = json.loads(self.path.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise DataError(f"{self.path}: invalid JSON file: {exc}") from exc
+            if isinstance(items, dict) and isinstance(items.get("data"), list):
+                items = items["data"]
+            if not isinstance(items, list):
+                raise DataError(f"{self.path}: a json dataset must be a JSON array of samples")
+            self._items = items
+        return self._items
+
+    def next_record(self) -> RawRecord | None:
+        items = self._load()
+        if self._index >= len(items):
+            return None
+        self._index += 1
+        return self._decoded(f"item {self._index}", items[self._index - 1])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"index": self._index}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._index = int(state["index"])
+
+
+class _TableSource(Source):
+    """Shared row-cursor logic for columnar files; state is the next row index (0-based)."""
+
+    batch_rows = 64
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        self._row = 0
+        self._buffer: list[dict[str, Any]] = []
+        self._buffer_start = 0
+
+    def _initial_state(self) -> dict[str, Any]:
+        return {"row": 0}
+
+    def _batches_from(self, row: int):  # pragma: no cover - abstract
+        """Yield (first_row_index, pyarrow.RecordBatch) starting at the batch containing ``row``."""
+        raise NotImplementedError
+
+    def next_record(self) -> RawRecord | None:
+        offset = self._row - self._buffer_start
+        if not (0 <= offset < len(self._buffer)):
+            if getattr(self, "_iter", None) is None:
+                self._iter = self._batches_from(self._row)
+            self._buffer = []
+            for first, batch in self._iter:
+                if first + batch.num_rows > self._row:
+                    self._buffer, self._buffer_start = batch.to_pylist(), first
+                    break
+            offset = self._row - self._buffer_start
+            if not self._buffer or offset < 0:
+                return None
+        value = self._buffer[offset]
+        self._row += 1
+        return self._decoded(f"row {self._row}", value)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"row": self._row}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.close()
+        self._row = int(state["row"])
+
+    def close(self) -> None:
+        self._iter = None
+        self._buffer, self._buffer_start = [], 0
+
+
+class ParquetSource(_TableSource):
+    """Parquet read in small batches, starting at the row group that holds the resume row."""
+
+    def _batches_from(self, row: int):
+        try:
+            pf = pq.ParquetFile(self.path)
+        except (pa.ArrowException, OSError) as exc:
+            raise DataError(f"{self.path}: cannot read parquet file: {exc}") from exc
+        meta = pf.metadata
+        start = 0
+        for group in range(meta.num_row_groups):
+            n = meta.row_group(group).num_rows
+            if start + n > row:
+                first = start
+                for batch in pf.iter_batches(batch_size=self.batch_rows, row_groups=list(range(group, meta.num_row_groups))):
+                    yield first, batch
+                    first += batch.num_rows
+                return
+            start += n
+
+
+class ArrowSource(_TableSource):
+    """Arrow IPC file (memory-mapped, random access) or IPC stream (as written by HF ``datasets``)."""
+
+    def _batches_from(self, row: int):
+        self._release()
+        try:
+            source = self._mmap = pa.memory_map(str(self.path), "r")
+            try:
+                reader = pa.ipc.open_file(source)
+                batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+            except pa.ArrowInvalid:
+                source.seek(0)
+                batches = iter(pa.ipc.open_stream(source))
+        except (pa.ArrowException, OSError) as exc:
+            raise DataError(f"{self.path}: cannot read arrow file: {exc}") from exc
+        first = 0
+        for batch in batches:
+            if first + batch.num_rows > row:
+                for offset in range(0, batch.num_rows, self.batch_rows):
+                    piece = batch.slice(offset, self.batch_rows)
+                    if first + offset + piece.num_rows > row:
+                        yield first + offset, piece
+            first += batch.num_rows
+
+    def _release(self) -> None:
+        if getattr(self, "_mmap", None) is not None:
+            self._mmap.close()
+            self._mmap = None
+
+    def close(self) -> None:
+        super().close()
+        self._release()
+
+
+_CLASSES = {"json": JsonSource, "jsonl": JsonlSource, "parquet": ParquetSource, "arrow": ArrowSource}
+
+
+def open_source(path: str | Path, data_type: str | None = None) -> Source:
+    """Open a dataset file as a :class:`Source` (``data_type`` inferred from the extension if omitted)."""
+    kind = data_type or infer_data_type(path)
+    if kind not in _CLASSES:
+        raise DataError(f"{path}: unknown data_type {kind!r}; expected one of {DATA_TYPES}")
+    return _CLASSES[kind](path)

@@ -1,0 +1,187 @@
+"""Sources (json/jsonl/parquet/arrow), dataset YAML, mixture weights/max_samples and read-position resume."""
+
+from __future__ import annotations
+
+import json
+import resource
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from datakit import text_records, write_jsonl
+
+from vlforge.data import DataConfig, Mixture, open_source, read_dataset_yaml, resolve_entries
+from vlforge.errors import ConfigError, DataError
+
+
+def _keys(source) -> list[str]:
+    out = []
+    while (rec := source.next_record()) is not None:
+        if rec.record is None:
+            out.append(rec.error.reason)
+            continue
+        messages = rec.record["messages"]
+        messages = json.loads(messages) if isinstance(messages, str) else messages
+        out.append(messages[0]["content"])
+    return out
+
+
+def _write_all_formats(tmp_path: Path, records: list[dict]) -> dict[str, Path]:
+    paths = {"jsonl": write_jsonl(tmp_path / "d.jsonl", records)}
+    paths["json"] = tmp_path / "d.json"
+    paths["json"].write_text(json.dumps(records))
+    table = pa.Table.from_pylist([{"messages": json.dumps(r["messages"])} for r in records])
+    paths["parquet"] = tmp_path / "d.parquet"
+    pq.write_table(table, paths["parquet"], row_group_size=7)
+    paths["arrow"] = tmp_path / "d.arrow"
+    with pa.ipc.new_file(str(paths["arrow"]), table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=5):
+            writer.write_batch(batch)
+    paths["arrow_stream"] = tmp_path / "s.arrow"
+    with pa.ipc.new_stream(str(paths["arrow_stream"]), table.schema) as writer:
+        writer.write_table(table, max_chunksize=4)
+    return paths
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "json", "parquet", "arrow", "arrow_stream"])
+def test_every_format_reads_all_records_and_resumes_at_any_point(tmp_path, kind):
+    records = text_records(23)
+    path = _write_all_formats(tmp_path, records)[kind]
+    got = _keys(open_source(path))
+    assert got == [r["messages"][0]["content"] for r in records]
+    for stop in (0, 1, 6, 7, 14, 22, 23):
+        first = open_source(path)
+        head = [first.next_record() for _ in range(stop)]
+        state = json.loads(json.dumps(first.state_dict()))
+        resumed = open_source(path)
+        resumed.load_state_dict(state)
+        tail = _keys(resumed)
+        assert len(head) + len(tail) == 23
+        assert tail == got[stop:]
+
+
+def test_locations_name_line_and_row(tmp_path):
+    paths = _write_all_formats(tmp_path, text_records(3))
+    assert [open_source(paths["jsonl"]).next_record().location] == ["line 1"]
+    src = open_source(paths["parquet"])
+    src.next_record()
+    assert src.next_record().location == "row 2"
+    assert open_source(paths["json"]).next_record().location == "item 1"
+
+
+def test_malformed_json_line_and_non_object_are_per_record_errors(tmp_path):
+    path = write_jsonl(tmp_path / "bad.jsonl", [text_records(1)[0], "{not json", "[1, 2]", "", text_records(1)[0]])
+    src = open_source(path)
+    recs = list(iter(src.next_record, None))
+    assert [r.location for r in recs] == ["line 1", "line 2", "line 3", "line 5"]  # blank line 4 skipped
+    assert recs[1].error.reason == "malformed_json" and "bad.jsonl:line 2" in str(recs[1].error)
+    assert recs[2].error.reason == "schema"
+    assert recs[3].record is not None
+
+
+def test_file_level_errors_are_one_line_data_errors(tmp_path):
+    with pytest.raises(DataError, match=r"nope\.jsonl: dataset file not found"):
+        open_source(tmp_path / "nope.jsonl")
+    (tmp_path / "x.txt").write_text("")
+    with pytest.raises(DataError, match="cannot infer data_type"):
+        open_source(tmp_path / "x.txt")
+    (tmp_path / "broken.json").write_text("[{")
+    with pytest.raises(DataError, match=r"broken\.json: invalid JSON file"):
+        open_source(tmp_path / "broken.json").next_record()
+    (tmp_path / "broken.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(DataError, match=r"broken\.parquet: cannot read parquet"):
+        open_source(tmp_path / "broken.parquet").next_record()
+
+
+def test_dataset_yaml_entries_resolve_relative_to_the_yaml(tmp_path):
+    sub = tmp_path / "sets"
+    sub.mkdir()
+    write_jsonl(sub / "a.jsonl", text_records(2))
+    (tmp_path / "mix.yaml").write_text(
+        "datasets:\n"
+        "  - {path: sets/a.jsonl, data_folder: media, data_type: jsonl, weight: 3, max_samples: 1}\n"
+        "  - {path: sets/a.jsonl, data_folder: ''}\n")
+    entries = resolve_entries(DataConfig(datasets="mix.yaml"), base_dir=tmp_path)
+    assert entries[0].path == (sub / "a.jsonl").resolve() and entries[0].data_folder == (tmp_path / "media").resolve()
+    assert entries[1].data_folder == sub.resolve() and entries[1].data_type == "jsonl"
+    assert (entries[0].weight, entries[0].max_samples) == (3.0, 1)
+    (tmp_path / "bad.yaml").write_text("- {path: a.jsonl, wieght: 2}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: datasets\[0\].wieght"):
+        read_dataset_yaml(tmp_path / "bad.yaml")
+    with pytest.raises(ValueError, match="did you mean 'packing_length'"):
+        DataConfig(datasets=[], packing_lenght=5)
+
+
+def test_mixture_weights_max_samples_and_epochs(tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", [{"messages": f"a{i}"} for i in range(400)])
+    write_jsonl(tmp_path / "b.jsonl", [{"messages": f"b{i}"} for i in range(400)])
+    cfg = DataConfig(datasets=[{"path": "a.jsonl", "weight": 3}, {"path": "b.jsonl", "max_samples": 50}])
+    mix = Mixture(resolve_entries(cfg, tmp_path), seed=1)
+    drawn = [r.record["messages"] for _, r in iter(mix.next, None)]
+    assert sorted(drawn) == sorted([f"a{i}" for i in range(400)] + [f"b{i}" for i in range(50)])
+    first_200 = drawn[:200]
+    share_a = sum(k.startswith("a") for k in first_200[:100]) / 100
+    assert 0.6 < share_a < 0.9  # weight 3:1 while both are live
+    two = Mixture(resolve_entries(cfg, tmp_path), seed=1, epochs=2)
+    assert len(list(iter(two.next, None))) == 2 * 450
+
+
+def test_mixture_resume_is_exact(tmp_path):
+    write_jsonl(tmp_path / "a.jsonl", text_records(30))
+    write_jsonl(tmp_path / "b.jsonl", text_records(30, start=100))
+    entries = resolve_entries(DataConfig(datasets=[{"path": "a.jsonl"}, {"path": "b.jsonl", "weight": 0.5}]),
+                              tmp_path)
+    full = [(i, r.location) for i, r in iter(Mixture(entries, seed=7, epochs=2).next, None)]
+    assert len(full) == 120
+    for stop in (1, 17, 59, 60, 61, 100):
+        mix = Mixture(entries, seed=7, epochs=2)
+        head = [(i, r.location) for i, r in (mix.next() for _ in range(stop))]
+        state = json.loads(json.dumps(mix.state_dict()))
+        resumed = Mixture(entries, seed=123, epochs=2)
+        resumed.load_state_dict(state)
+        assert head + [(i, r.location) for i, r in iter(resumed.next, None)] == full
+
+
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def test_jsonl_and_parquet_stream_with_flat_memory(tmp_path):
+    line = json.dumps(text_records(1)[0] | {"pad": "x" * 400})
+    path = tmp_path / "big.jsonl"
+    with open(path, "w") as fh:
+        for _ in range(100_000):
+            fh.write(line + "\n")
+    assert path.stat().st_size > 45_000_000
+    before = _rss_kib()
+    src = open_source(path)
+    count = 0
+    while src.next_record() is not None:
+        count += 1
+    grown = _rss_kib() - before
+    assert count == 100_000
+    assert grown < 20_000, f"RSS grew by {grown} KiB while streaming a {path.stat().st_size >> 20} MiB file"
+
+    table = pa.Table.from_pylist([{"messages": line}] * 20_000)
+    pq.write_table(table, tmp_path / "big.parquet", row_group_size=2_000)
+    del table
+    before = _rss_kib()
+    src = open_source(tmp_path / "big.parquet")
+    n = 0
+    while src.next_record() is not None:
+        n += 1
+    assert n == 20_000
+    assert _rss_kib() - before < 30_000
+
+
+def test_empty_inputs_are_errors_not_endless_loops(tmp_path):
+    with pytest.raises(ConfigError, match="no dataset entries"):
+        resolve_entries(DataConfig(datasets=[]), tmp_path)
+    (tmp_path / "empty.jsonl").write_text("\n")
+    mix = Mixture(resolve_entries(DataConfig(datasets=[{"path": "empty.jsonl"}]), tmp_path), epochs=None)
+    with pytest.raises(DataError, match="hold no records"):
+        mix.next()
