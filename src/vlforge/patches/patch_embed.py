@@ -29,25 +29,44 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-PRECISIONS = ("native", "fp32")
-"""Precisions a patched module can compute in: the input's own dtype, or fp32 then cast back."""
+from vlforge.patches.auto import auto_path
+
+PRECISIONS = ("native", "fp32", "auto")
+"""Precisions a patched module can compute in: the input's own dtype, or fp32 then cast back, or
+``auto``: the faster of the stock conv and the native GEMM, measured on first call (see :func:`auto_path`)."""
 
 _CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+def _has_stock_forward(cls: type) -> bool:
+    """True when no class between ``cls`` and ``nn.Conv2d``/``nn.Conv3d`` redefines the forward.
+
+    Subclasses that pad, standardise weights or otherwise change the forward (e.g. BiT's
+    ``WeightStandardizedConv2d``) are not a plain conv, so replacing their forward would be wrong.
+    Our own patched classes count as their stock class; classes stacked on top by wrappers such as
+    FSDP2's ``fully_shard`` (which add hooks, not a forward) are looked through.
+    """
+    for klass in cls.__mro__:
+        if klass in (nn.Conv2d, nn.Conv3d):
+            return True
+        if "_vlforge_stock_class" in klass.__dict__:
+            return _has_stock_forward(klass.__dict__["_vlforge_stock_class"])
+        if "forward" in klass.__dict__ or "_conv_forward" in klass.__dict__:
+            return False
+    return False
 
 
 def is_patchable(module: nn.Module) -> bool:
     """True when ``module`` is a Conv2d/Conv3d that equals reshape + GEMM.
 
-    The rule: stride == kernel_size, zero padding, dilation 1, groups 1, padding mode ``zeros``.
+    The rule: stride == kernel_size, zero padding, dilation 1, groups 1, padding mode ``zeros``, and
+    the stock forward (subclasses that redefine ``forward`` or ``_conv_forward`` are left alone).
     """
     if not isinstance(module, (nn.Conv2d, nn.Conv3d)):
         return False
     kernel = tuple(module.kernel_size)
     padding = module.padding
-    if isinstance(padding, str):
-        zero_padding = padding == "valid"
-    else:
-        zero_padding = all(p == 0 for p in padding)
+    zero_padding = padding == "valid" if isinstance(padding, str) else all(p == 0 for p in padding)
     return (
         tuple(module.stride) == kernel
         and zero_padding
@@ -55,28 +74,39 @@ def is_patchable(module: nn.Module) -> bool:
         and module.groups == 1
         and module.padding_mode == "zeros"
         and not module.transposed
+        and _has_stock_forward(type(module))
     )
 
 
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, precision: str) -> torch.Tensor:
-    if precision == "fp32" and x.dtype != torch.float32:
-        out = F.linear(x.float(), weight.float(), None if bias is None else bias.float())
-        return out.to(x.dtype)
-    return F.linear(x, weight, bias)
+def _gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``x @ weight.T + bias`` for rows ``(N, K)``, or ``weight @ x + bias`` for windows ``(B, K, L)``.
+
+    The bias is fused into the GEMM (one rounding, as the conv does) in both layouts.
+    """
+    if x.dim() == 2:
+        return F.linear(x, weight, bias)
+    if bias is None:
+        return torch.matmul(weight, x)
+    return torch.baddbmm(bias.view(1, -1, 1), weight.expand(x.shape[0], *weight.shape), x)
 
 
-def _windows_matmul(
-    patches: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, precision: str
-) -> torch.Tensor:
-    """``weight (O, K) @ patches (B, K, L) + bias`` -> ``(B, O, L)``, optionally computed in fp32."""
-    dtype = patches.dtype
-    if precision == "fp32" and dtype != torch.float32:
-        patches, weight = patches.float(), weight.float()
-        bias = None if bias is None else bias.float()
-    out = torch.matmul(weight, patches)
-    if bias is not None:
-        out = out + bias.view(1, -1, 1)
-    return out.to(dtype)
+def _compute(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, precision: str) -> torch.Tensor:
+    """Run :func:`_gemm` in ``precision``.
+
+    ``"fp32"`` computes in at least fp32 (fp64 stays fp64) with autocast switched off, then casts to
+    the dtype the stock conv would return: the autocast dtype inside an autocast region, otherwise
+    the input's dtype.
+    """
+    if precision != "fp32":
+        return _gemm(x, weight, bias)
+    device = x.device.type
+    out_dtype = x.dtype
+    if torch.is_autocast_enabled(device) and x.dtype != torch.float64:
+        out_dtype = torch.get_autocast_dtype(device)
+    compute = torch.float64 if x.dtype == torch.float64 else torch.float32
+    with torch.autocast(device_type=device, enabled=False):
+        out = _gemm(x.to(compute), weight.to(compute), None if bias is None else bias.to(compute))
+    return out.to(out_dtype)
 
 
 def _is_channels_last(x: torch.Tensor) -> bool:
@@ -92,20 +122,30 @@ def gemm_conv_forward(conv: nn.Conv2d | nn.Conv3d, x: torch.Tensor) -> torch.Ten
     - a general batched ``(B, C, *spatial)`` or unbatched ``(C, *spatial)`` input: crop the remainder
       as the conv does, unfold windows by reshape/permute, one GEMM, fold back;
     - channels-last inputs and weights (where cuDNN has fast kernels and a reshape would copy) and
-      anything else unexpected go to the stock convolution.
+      anything else unexpected (wrong rank or channel count, input smaller than the kernel) go to
+      the stock convolution, which gives its own result or error. Empty batches work.
     """
     precision = getattr(conv, "_vlforge_precision", "native")
+    if precision == "auto" and auto_path(conv, x) == "conv":
+        return conv._conv_forward(x, conv.weight, conv.bias)
     weight = conv.weight
     kernel = tuple(conv.kernel_size)
     nd = len(kernel)
-    if not weight.is_contiguous() or _is_channels_last(x) or x.dim() not in (nd + 1, nd + 2):
+    if (
+        not weight.is_contiguous()
+        or _is_channels_last(x)
+        or x.dim() not in (nd + 1, nd + 2)
+        or x.shape[-nd - 1] != conv.in_channels
+    ):
+        # Includes wrong channel counts: the stock conv raises its own, familiar error.
         return conv._conv_forward(x, weight, conv.bias)
     out_channels = weight.shape[0]
-    weight_2d = weight.reshape(out_channels, -1)
+    in_features = weight[0].numel()
+    weight_2d = weight.reshape(out_channels, in_features)
 
     if x.dim() == nd + 2 and tuple(x.shape[2:]) == kernel and x.is_contiguous():
-        rows = x.reshape(x.shape[0], -1)
-        out = _linear(rows, weight_2d, conv.bias, precision)
+        rows = x.reshape(x.shape[0], in_features)
+        out = _compute(rows, weight_2d, conv.bias, precision)
         return out.view(x.shape[0], out_channels, *([1] * nd))
 
     unbatched = x.dim() == nd + 1
@@ -113,21 +153,21 @@ def gemm_conv_forward(conv: nn.Conv2d | nn.Conv3d, x: torch.Tensor) -> torch.Ten
         x = x.unsqueeze(0)
     batch, channels = x.shape[:2]
     spatial = x.shape[2:]
-    counts = [size // k for size, k in zip(spatial, kernel)]
+    counts = [size // k for size, k in zip(spatial, kernel, strict=True)]
     if any(c == 0 for c in counts):
         # The conv raises its own error for inputs smaller than the kernel; keep that message.
         return conv._conv_forward(x.squeeze(0) if unbatched else x, weight, conv.bias)
-    crop = tuple(slice(0, c * k) for c, k in zip(counts, kernel))
+    crop = tuple(slice(0, c * k) for c, k in zip(counts, kernel, strict=True))
     x = x[(slice(None), slice(None), *crop)]
     # (B, C, n1, k1, n2, k2, ...) -> (B, C, k1, k2, ..., n1, n2, ...) -> (B, C*k1*k2..., L)
     split = [batch, channels]
-    for c, k in zip(counts, kernel):
+    for c, k in zip(counts, kernel, strict=True):
         split += [c, k]
     x = x.reshape(split)
     kernel_dims = [3 + 2 * i for i in range(nd)]
     count_dims = [2 + 2 * i for i in range(nd)]
-    patches = x.permute(0, 1, *kernel_dims, *count_dims).reshape(batch, -1, math.prod(counts))
-    out = _windows_matmul(patches, weight_2d, conv.bias, precision)
+    patches = x.permute(0, 1, *kernel_dims, *count_dims).reshape(batch, in_features, math.prod(counts))
+    out = _compute(patches, weight_2d, conv.bias, precision)
     out = out.view(batch, out_channels, *counts)
     return out.squeeze(0) if unbatched else out
 

@@ -106,7 +106,8 @@ def patch(model: nn.Module, *, precision: str = "native", include: Sequence[str]
     """Make every stride==kernel Conv2d/Conv3d of ``model`` run as reshape + GEMM.
 
     Keeps the same Parameter objects (state_dict keys, shapes and storage unchanged). ``precision``:
-    ``"native"`` computes in the input's dtype, ``"fp32"`` computes in fp32 and casts back.
+    ``"native"`` computes in the input's dtype, ``"fp32"`` computes in fp32 and casts back,
+    ``"auto"`` measures stock conv vs GEMM once per (device, dtype, shape) and runs the faster.
     ``include`` limits the patch to the named modules (exact names, parent names or glob patterns)
     and raises :class:`PatchError` when a name matches nothing patchable.
     """
@@ -230,11 +231,12 @@ class TransformersPatch:
 def patch_transformers(*, precision: str = "native", include: Iterable[str] | None = None) -> TransformersPatch:
     """Patch at class level so models built by any code (HF Trainer, TRL, ...) are fast from construction.
 
+    Calling it again while active returns the active handle (a no-op, same precision required).
+
     Example:
         >>> import vlforge
         >>> with vlforge.patch_transformers():
         ...     pass  # build models here; each is patched by its post_init
-    Calling it again while active returns the active handle (a no-op, same precision required).
     """
     _check_precision(precision)
     include = None if include is None else list(include)
