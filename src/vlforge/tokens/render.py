@@ -1,0 +1,83 @@
+"""Rich tables for the audit and fix reports (the CLI prints them on stdout unless ``--json``).
+
+Example:
+    >>> from rich.console import Console
+    >>> from vlforge.tokens.render import print_audit
+    >>> print_audit(report, Console())      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from vlforge.tokens.audit import AuditReport
+from vlforge.tokens.fix import FixReport
+
+STYLE = {"untrained": "bold red", "weak": "yellow", "trained": "green", "unknown": "dim"}
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def print_audit(report: AuditReport, console: Console) -> None:
+    """Tags table, per-id table, suggestions, rewrites and the verdict."""
+    w = report.weights
+    if w is not None:
+        console.print(f"weights: {w.checkpoint}  {w.output_tensor} {w.dtype} rows={w.vocab_rows} "
+                      f"tokenizer={w.tokenizer_len} tied={w.tied} reference rows={w.reference_rows} "
+                      f"({', '.join(f'{k}={v}' for k, v in w.reference_reasons.items() if v)})", highlight=False)
+    tags = Table(title="tags", show_lines=False)
+    for col in ("tag", "role", "sources", "ids", "pieces", "added", "special", "skip_special strips", "verdict"):
+        tags.add_column(col)
+    for f in report.findings:
+        tags.add_row(repr(f.tag), f.role, ",".join(f.sources), str(f.ids), " ".join(map(repr, f.pieces)),
+                     "yes" if any(f.added) else "no", "yes" if any(f.special) else "no",
+                     "yes" if f.stripped_by_skip_special else "no",
+                     f"[{STYLE[f.verdict]}]{f.verdict}[/]")
+    console.print(tags)
+    ids = Table(title="ids (generated and prefilled tags)")
+    for col in ("id", "piece", "verdict", "dist/median", "percentile", "input norm/median", "repeat p"):
+        ids.add_column(col)
+    seen = set()
+    for f in report.findings:
+        if f.role not in ("generated", "prefilled"):
+            continue
+        for r in f.id_reports:
+            if r.id in seen:
+                continue
+            seen.add(r.id)
+            ids.add_row(str(r.id), repr(r.piece), f"[{STYLE[r.verdict]}]{r.verdict}[/]"
+                        + (" (reference)" if r.reference else ""), _fmt(r.distance_ratio),
+                        _fmt(r.percentile, 1), _fmt(r.input_norm_ratio), _fmt(r.verify_prob, 4))
+    if seen:
+        console.print(ids)
+    for s in report.suggestions:
+        alts = "; ".join(" ".join(f"{o!r}->{n!r}" for o, n in a.mapping.items()) for a in s.alternatives)
+        console.print(f"alternatives for {', '.join(map(repr, s.tags))}: {alts or 'none found'}", highlight=False)
+    rw = report.rewritten
+    if rw.regex is not None:
+        console.print(f"rewritten reward regex: {rw.regex}  (checked: {rw.regex_checked})", highlight=False)
+    if rw.format_regex is not None:
+        console.print(f"rewritten format regex: {rw.format_regex}", highlight=False)
+    if rw.template is not None:
+        console.print(f"rewritten chat template: {len(rw.template)} chars (checked: {rw.template_checked}); "
+                      "write it with --rewrite-out FILE", highlight=False)
+    for note in report.notes:
+        console.print(f"note: {note}", highlight=False)
+    console.print(f"verdict: [{STYLE[report.verdict]}]{report.verdict}[/] (exit {report.exit_code})")
+
+
+def print_fix(report: FixReport, console: Console) -> None:
+    """The rows that changed."""
+    table = Table(title=f"re-initialised rows -> {report.out}")
+    for col in ("id", "token", "before", "strategy", "pieces", "tensors", "norm before -> after"):
+        table.add_column(col)
+    for r in report.rows:
+        norms = ", ".join(f"{r.norm_before[k]:.3g}->{r.norm_after[k]:.3g}" for k in r.tensors)
+        table.add_row(str(r.id), repr(r.token), r.verdict_before, r.strategy, str(r.pieces),
+                      ", ".join(r.tensors), norms)
+    console.print(table)
+    if report.trainable_rows:
+        console.print(f"trainable rows written to {report.trainable_rows}", highlight=False)
