@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from vlforge.errors import ModelLoadError
+from vlforge.models.components import discover
 from vlforge.profile import ProfileOptions, run_profile
-from vlforge.profile.components import discover
 from vlforge.profile.timer import ComponentTimer
 
 FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v"]

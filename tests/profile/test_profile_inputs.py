@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from vlforge.errors import DataError, VlforgeError
-from vlforge.profile.inputs import (
+from vlforge.models.inputs import (
     check_sources,
     frames_to_patches,
     make_spec,

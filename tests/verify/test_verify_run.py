@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 import vlforge.patches.patch_embed as patch_embed
 from vlforge.cli import app
+from vlforge.models.inputs import make_spec
 from vlforge.patches import is_patchable, patched_modules
-from vlforge.profile.inputs import make_spec
 from vlforge.verify import VerifyOptions, VerifyReport, run_verify
 
 FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v"]

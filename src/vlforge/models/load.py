@@ -27,7 +27,10 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 from vlforge.errors import ConfigError, ModelLoadError
 from vlforge.models import tiny
@@ -225,3 +228,31 @@ def load(
         path=path,
         family=config.model_type,
     )
+
+
+def dtype_name(dtype: str) -> str:
+    """Canonical name (``float32``, ``bfloat16``, ``float16``) of a dtype alias such as ``"bf16"``.
+
+    Example:
+        >>> dtype_name("bf16")
+        'bfloat16'
+    """
+    key = dtype.strip().lower().removeprefix("torch.")
+    if key not in _DTYPES:
+        raise ConfigError(f"unknown dtype {dtype!r}; use one of {', '.join(sorted(_DTYPES))}")
+    return _DTYPES[key]
+
+
+def resolve_device(device: str) -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; a CUDA device that is not there is an error."""
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError as error:
+        raise ModelLoadError(f"--device {device!r}: {error}") from error
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"--device {device}: CUDA is not available here")
+    return resolved

@@ -8,8 +8,8 @@ Example (CPU, seconds):
     >>> render(report, Console())  # doctest: +SKIP
 """
 
-from vlforge.profile.components import Component, discover
-from vlforge.profile.inputs import InputSpec, make_spec
+from vlforge.models.components import Component, discover
+from vlforge.models.inputs import InputSpec, make_spec
 from vlforge.profile.render import compare_table, plot, render, require_matplotlib, run_table
 from vlforge.profile.report import Comparison, ComponentStats, ProfileReport, RunProfile
 from vlforge.profile.runner import ProfileOptions, parse_list, run_profile

@@ -28,9 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 import vlforge
 from vlforge.errors import ConfigError, VlforgeError
+from vlforge.models.components import discover
+from vlforge.models.inputs import check_sources, make_spec
+from vlforge.models.load import dtype_name, resolve_device
 from vlforge.patches import patched_modules
-from vlforge.profile.components import discover
-from vlforge.profile.inputs import check_sources, make_spec
 from vlforge.profile.report import (
     ANOMALY_MIN_SHARE,
     ANOMALY_RATIO,
@@ -49,9 +50,6 @@ logger = logging.getLogger(__name__)
 VARIANTS = ("stock", "patched", "patched-fp32")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 DTYPES = ("float32", "bfloat16", "float16")
-DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
-
-
 class ProfileOptions(BaseModel):
     """What ``vlforge profile`` measures; every CLI flag maps to one field."""
 
@@ -91,7 +89,7 @@ class ProfileOptions(BaseModel):
     @field_validator("dtype")
     @classmethod
     def _dtype(cls, value: str) -> str:
-        value = DTYPE_ALIASES.get(value, value)
+        value = dtype_name(value)
         if value not in DTYPES:
             raise ValueError(f"dtype {value!r} is not one of {', '.join(DTYPES)}")
         return value
@@ -111,19 +109,6 @@ class ProfileOptions(BaseModel):
         if not value or unknown or len(set(value)) != len(value):
             raise ValueError(f"variants {value} must be distinct names among {', '.join(VARIANTS)}")
         return value
-
-
-def resolve_device(device: str) -> torch.device:
-    """``auto`` -> CUDA when available, else CPU."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        resolved = torch.device(device)
-    except RuntimeError as error:
-        raise VlforgeError(f"--device {device!r}: {error}") from error
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise VlforgeError(f"--device {device}: CUDA is not available here")
-    return resolved
 
 
 def attn_unavailable(attn: str, device: torch.device) -> str | None:

@@ -30,10 +30,10 @@ from torch import nn
 
 import vlforge
 from vlforge.errors import VlforgeError
+from vlforge.models.components import discover
+from vlforge.models.inputs import check_sources, make_spec
+from vlforge.models.load import dtype_name, resolve_device
 from vlforge.patches import is_patchable, patched_modules
-from vlforge.profile.components import discover
-from vlforge.profile.inputs import check_sources, make_spec
-from vlforge.profile.runner import DTYPE_ALIASES, resolve_device
 from vlforge.verify import checks
 from vlforge.verify.report import (
     Check,
@@ -86,7 +86,7 @@ class VerifyOptions(BaseModel):
     @field_validator("dtype")
     @classmethod
     def _dtype(cls, value: str) -> str:
-        value = DTYPE_ALIASES.get(value, value)
+        value = dtype_name(value)
         if value not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype {value!r} is not one of float32, bfloat16, float16")
         return value

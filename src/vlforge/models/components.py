@@ -10,7 +10,7 @@ whole forward.
 
 Example:
     >>> import torch
-    >>> from vlforge.profile.components import discover
+    >>> from vlforge.models.components import discover
     >>> discover(torch.nn.Linear(2, 2))
     Traceback (most recent call last):
     ...

@@ -15,7 +15,7 @@ tensors (``input_ids``, ``attention_mask``, ``mm_token_type_ids``, ``pixel_value
 ``image_grid_thw``).
 
 Example:
-    >>> from vlforge.profile.inputs import parse_synthetic, smart_resize
+    >>> from vlforge.models.inputs import parse_synthetic, smart_resize
     >>> parse_synthetic("8x720x1280")
     (8, 720, 1280)
     >>> smart_resize(720, 1280, factor=32, min_pixels=65536, max_pixels=16777216)
