@@ -9,12 +9,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
-import numpy as np
 import torch
-import torch.nn.functional as F
-from PIL import Image
 from rich.console import Console
 from rich.table import Table
 
@@ -24,19 +20,13 @@ from vlforge.doctor import report as doctor_report
 from vlforge.doctor.bench import measure_conv
 from vlforge.doctor.rules import Measurement
 from vlforge.errors import VlforgeError
+from vlforge.profile import ProfileOptions, compare_table, run_profile
+from vlforge.verify import VerifyOptions, run_verify
 
 logger = logging.getLogger(__name__)
 
 QWEN3_VL_WINDOWS = 6080
 """Patch windows of one 8-frame Qwen3-VL clip in the seed report (3x2x16x16 -> 1024)."""
-
-
-@dataclass
-class Check:
-    name: str
-    value: float
-    threshold: str
-    passed: bool
 
 
 @contextmanager
@@ -49,50 +39,6 @@ def _quiet(name: str) -> Iterator[None]:
         yield
     finally:
         log.setLevel(level)
-
-
-def demo_image(width: int = 224, height: int = 160) -> Image.Image:
-    """A deterministic RGB test picture (gradients and a disc), made without any file."""
-    ys, xs = np.mgrid[0:height, 0:width]
-    red = (xs * 255 // max(width - 1, 1)).astype(np.uint8)
-    green = (ys * 255 // max(height - 1, 1)).astype(np.uint8)
-    blue = ((((xs - width / 2) ** 2 + (ys - height / 2) ** 2) < (min(width, height) / 3) ** 2) * 200).astype(np.uint8)
-    return Image.fromarray(np.stack([red, green, blue], axis=-1), mode="RGB")
-
-
-def _tower_output(model: torch.nn.Module, pixel_values: torch.Tensor, grid_thw: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        features = model.get_image_features(pixel_values=pixel_values, image_grid_thw=grid_thw)
-    pooled = features.pooler_output
-    return torch.cat(list(pooled), dim=0) if isinstance(pooled, (list, tuple)) else pooled
-
-
-def equivalence_checks(model: torch.nn.Module, processor) -> list[Check]:
-    """Stock vs patched vision-tower output on a real image, fp32 and bf16, against published thresholds."""
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe it."}]}]
-    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    inputs = processor(text=[text], images=[demo_image()], return_tensors="pt")
-    pixel_values, grid_thw = inputs["pixel_values"], inputs["image_grid_thw"]
-
-    checks = []
-    vlforge.unpatch(model)
-    stock = _tower_output(model, pixel_values, grid_thw)
-    vlforge.patch(model)
-    patched = _tower_output(model, pixel_values, grid_thw)
-    diff = (stock - patched).abs().max().item()
-    checks.append(Check("tower fp32 max abs diff", diff, "<= 1e-5", diff <= 1e-5))
-
-    model.to(torch.bfloat16)
-    try:
-        vlforge.unpatch(model)
-        stock_bf16 = _tower_output(model, pixel_values.bfloat16(), grid_thw).float()
-        vlforge.patch(model)
-        patched_bf16 = _tower_output(model, pixel_values.bfloat16(), grid_thw).float()
-    finally:
-        model.to(torch.float32)
-    cosine = F.cosine_similarity(stock_bf16.flatten(), patched_bf16.flatten(), dim=0).item()
-    checks.append(Check("tower bf16 cosine", cosine, ">= 0.999", cosine >= 0.999))
-    return checks
 
 
 def speed_rows(seconds: float = 20.0) -> list[Measurement]:
@@ -129,17 +75,23 @@ def run(console: Console, seconds: float = 20.0) -> None:
                       f"{entry.in_features} -> {entry.out_features}", entry.precision)
     console.print(table)
 
-    console.rule("[bold]3. Equivalence and speed")
+    console.rule("[bold]3. vlforge profile --compare stock,patched")
     with _quiet("vlforge.patches"):
-        checks = equivalence_checks(loaded.model, loaded.processor)
-    table = Table(title="Equivalence on a real image (stock conv vs patched)")
-    for column in ("check", "measured", "threshold", "verdict"):
-        table.add_column(column)
-    for check in checks:
-        verdict = "[green]pass" if check.passed else "[red]FAIL"
-        table.add_row(check.name, f"{check.value:.3g}", check.threshold, verdict)
-    console.print(table)
+        profile = run_profile(
+            ProfileOptions(model=loaded.source, synthetic="2x224x224", compare=["stock", "patched"], warmup=2,
+                           repeats=5),
+            loaded=loaded,
+        )
+    for comparison in profile.comparisons:
+        console.print(compare_table(comparison, per_block=False))
 
+    console.rule("[bold]4. vlforge verify: stock vs patched on the same weights and inputs")
+    with _quiet("vlforge.patches"):
+        verdict = run_verify(VerifyOptions(model=loaded.source, synthetic="2x224x224", generate_tokens=4),
+                             loaded=loaded)
+    console.print(verdict.verdict(), style="green" if verdict.passed else "red")
+
+    console.rule("[bold]5. The real Qwen3-VL patch shape on this machine")
     with _quiet("vlforge.patches"):
         rows = speed_rows(seconds=seconds)
     table = Table(title=f"Speed here: {QWEN3_VL_WINDOWS} windows of 3x2x16x16 -> 1024 (one 8-frame Qwen3-VL clip)")
@@ -152,7 +104,6 @@ def run(console: Console, seconds: float = 20.0) -> None:
                               f"{times['conv'] / times['gemm']:.1f}x")
     console.print(table)
 
-    failed = [check.name for check in checks if not check.passed]
-    if failed:
-        raise VlforgeError(f"demo: equivalence check failed: {', '.join(failed)}")
-    console.print("[bold green]demo finished: patched model is equivalent and its speed was measured above")
+    if not verdict.passed:
+        raise VlforgeError(f"demo: {verdict.verdict()}")
+    console.print("[bold green]demo finished: the patched model is equivalent and its speed was measured above")
