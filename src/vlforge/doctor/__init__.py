@@ -1,7 +1,8 @@
 """``vlforge doctor``: runtime facts + a table of rules + on-device measurement -> findings and fixes.
 
 Public API: :func:`report` (diagnose, optionally a model), :func:`render` (rich tables),
-:func:`guard` (load-time check for train / extract / profile), the rule table :data:`RULES`.
+:func:`guard` (load-time check for train / extract / profile), the rule table :data:`RULES`,
+:class:`TokenOptions` (extra tags for the untrained-template-token audit).
 
 Example (what-if, no GPU needed):
     >>> from vlforge.doctor import report
@@ -18,6 +19,7 @@ from vlforge.doctor.model_info import ConvInfo, ModelInfo, inspect_model
 from vlforge.doctor.render import render
 from vlforge.doctor.report import SCHEMA_VERSION, DoctorReport, report
 from vlforge.doctor.rules import RULES, Context, Finding, Measurement, Rule, evaluate, exit_code
+from vlforge.doctor.tokens import TokenOptions, TokensAudit
 
 __all__ = [
     "RULES",
@@ -31,6 +33,8 @@ __all__ = [
     "Measurement",
     "ModelInfo",
     "Rule",
+    "TokenOptions",
+    "TokensAudit",
     "UnfixableError",
     "apply_assume",
     "collect_facts",

@@ -57,16 +57,18 @@ class ModelInfo:
     convs: list[ConvInfo] = field(default_factory=list)
     processor_max_pixels: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
-    """Results of other audits keyed by name, for rules that need them. ``extra["tokens"]`` is
-    reserved for the tokens audit (``vlforge.tokens``): a rule over untrained special tokens in the
-    chat template plugs in there. Absent until that audit is run and attached."""
+    """Results of other audits keyed by name, for rules that need them. ``extra["tokens"]`` holds the
+    tokens audit (a :class:`vlforge.doctor.tokens.TokensAudit`, attached by :func:`vlforge.doctor.report`),
+    read by the ``untrained-template-token*`` rules."""
 
     def to_dict(self) -> dict[str, Any]:
+        tokens = self.extra.get("tokens")
         return {
             "model_type": self.model_type,
             "attn_implementation": self.attn_implementation,
             "dtype": self.dtype,
             "convs": [asdict(c) for c in self.convs],
+            "tokens": tokens.to_dict() if hasattr(tokens, "to_dict") else None,
         }
 
 

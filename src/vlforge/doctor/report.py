@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
-from vlforge.doctor.facts import Facts, apply_assume, canonical_dtype, collect_facts
+from vlforge.doctor.facts import DoctorError, Facts, apply_assume, canonical_dtype, collect_facts
 from vlforge.doctor.model_info import ModelInfo, inspect_model
 from vlforge.doctor.rules import Context, Finding, Measurement, evaluate, exit_code, worst
+from vlforge.doctor.tokens import TokenOptions, TokensAudit, checkpoint_dir, run_tokens_audit
 
 logger = logging.getLogger(__name__)
 
@@ -78,11 +80,23 @@ class DoctorReport:
         return json.dumps(self.to_dict(), indent=2, default=str)
 
 
-def _load(source: str | Path, dtype: str | None, device: str) -> tuple[nn.Module, Any]:
+def _load(source: str | Path, dtype: str | None, device: str) -> tuple[nn.Module, Any, Path]:
     from vlforge.models import load
 
     loaded = load(str(source), dtype=dtype or "float32", device=device)
-    return loaded.model, loaded.processor
+    return loaded.model, loaded.processor, loaded.path
+
+
+def tokens_audit(tokens: bool | TokenOptions, checkpoint: Path | None) -> TokensAudit:
+    """The tokens audit for ``checkpoint`` (``off`` when ``tokens`` is False)."""
+    if tokens is False:
+        return TokensAudit("off", "--no-tokens")
+    options = tokens if isinstance(tokens, TokenOptions) else TokenOptions()
+    start = time.perf_counter()
+    audit = run_tokens_audit(checkpoint, options)
+    logger.info("tokens audit of %s: %s%s (%.1f s)", checkpoint or "in-memory model", audit.status,
+                f" ({audit.reason})" if audit.reason else "", time.perf_counter() - start)
+    return audit
 
 
 def _bench_device(model: nn.Module) -> str | None:
@@ -101,32 +115,39 @@ def report(
     windows: int | None = None,
     bench_seconds: float = DEFAULT_BENCH_SECONDS,
     facts: Facts | None = None,
+    tokens: bool | TokenOptions = True,
 ) -> DoctorReport:
     """Diagnose this process (and ``model`` when given: a module, a ``LoadedModel``, a checkpoint dir or a preset).
 
     ``dtype`` is the run's compute dtype (default: the model's); ``assume`` overrides facts
     (``"torch=2.9.1,cudnn=91002"``); ``bench`` measures the model's patch convs here (skipped when
     the device is assumed, since this machine cannot time another one). ``facts`` lets a caller
-    reuse facts it collected.
+    reuse facts it collected. ``tokens`` audits the untrained special tokens of the model's chat template
+    (and of ``TokenOptions``' format / regex / tags) on its local checkpoint directory, about 2-3 s on a
+    tiny model (loading the tokenizer); False skips it.
     """
+    if isinstance(tokens, TokenOptions) and tokens.extra_sources and model is None:
+        raise DoctorError("--format / --reward-regex / --tags need --model (the checkpoint to audit)")
     facts = facts if facts is not None else collect_facts()
     detected_device = facts.device
     apply_assume(facts, assume)
     if dtype is not None and "dtype" not in facts.assumed:
         facts.dtype = canonical_dtype(dtype)
-    source = None
+    source = checkpoint = None
     if model is not None and not isinstance(model, (nn.Module, str, Path)) and hasattr(model, "model"):
-        # A vlforge.models.LoadedModel: take its model, processor and source.
+        # A vlforge.models.LoadedModel: take its model, processor, source and directory.
         processor = processor if processor is not None else getattr(model, "processor", None)
         source = getattr(model, "source", None)
+        checkpoint = checkpoint_dir(model)
         model = model.model
     if isinstance(model, (str, Path)):
         source = str(model)
-        model, loaded_processor = _load(model, facts.dtype, detected_device or "cpu")
+        model, loaded_processor, checkpoint = _load(model, facts.dtype, detected_device or "cpu")
         processor = processor if processor is not None else loaded_processor
     info = None
     if model is not None:
         info = inspect_model(model, processor)
+        info.extra["tokens"] = tokens_audit(tokens, checkpoint or checkpoint_dir(model))
         if facts.dtype is None and info.dtype is not None and info.dtype.startswith(("float", "bfloat")):
             facts.dtype = canonical_dtype(info.dtype)
         if "attn_implementation" not in facts.assumed and info.attn_implementation is not None:

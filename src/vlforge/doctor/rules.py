@@ -16,12 +16,14 @@ Example:
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from vlforge.doctor.facts import Facts, format_cudnn, torch_release
 from vlforge.doctor.model_info import ConvInfo, ModelInfo
+from vlforge.doctor.tokens import TokensAudit, problem_ids
 
 Severity = Literal["info", "warning", "error"]
 SEVERITY_ORDER = {"info": 0, "warning": 1, "error": 2}
@@ -182,6 +184,9 @@ class Rule:
     """Facts the rule reads (shown in the report's fact column)."""
     action: Literal["patch"] | None = None
     """What :func:`vlforge.doctor.guard` may do about it."""
+    guard_raises: bool = True
+    """False: :func:`vlforge.doctor.guard` logs this error-level finding as a warning instead of raising
+    (the run itself can cure it, e.g. training updates an untrained embedding row)."""
 
 
 @dataclass(frozen=True)
@@ -351,6 +356,66 @@ def _bench_gemm_slower_unpatched(ctx: Context) -> list[Hit]:
     return _measured(ctx, lambda m, convs: m.gemm_slower and not _any_gemm_forced(convs))
 
 
+def _tokens_audit(ctx: Context) -> TokensAudit | None:
+    audit = None if ctx.model is None else ctx.model.extra.get("tokens")
+    return audit if isinstance(audit, TokensAudit) else None
+
+
+def _tag_hit(audit: TokensAudit, findings: list[Any]) -> list[Hit]:
+    """One hit for a group of tags: their names, problem ids, sources, and the fix's arguments."""
+    if not findings:
+        return []
+    tags = [f.tag for f in findings]
+    listed = ", ".join(f"{f.tag!r} ({', '.join(map(str, problem_ids(f) or f.ids))})" for f in findings)
+    sources = sorted({s for f in findings for s in f.sources})
+    mapping = {t: audit.alternatives[t] for t in tags if t in audit.alternatives}
+    alternatives = "; or use the checked alternative tags " + ", ".join(
+        f"{old} -> {new}" for old, new in mapping.items()) if mapping else ""
+    checkpoint = audit.checkpoint or "M"
+    return [Hit(", ".join(tags), {
+        "tags": listed, "tag_list": shlex.quote(",".join(tags)), "sources": ", ".join(sources),
+        "checkpoint": checkpoint, "model_arg": shlex.quote(checkpoint),
+        "fixed": shlex.quote(checkpoint.rstrip("/") + "-fixed"), "alternatives": alternatives,
+        "notes": "; ".join(audit.notes) or "no notes",
+    })]
+
+
+def _token_findings(ctx: Context, roles: tuple[str, ...], verdicts: tuple[str, ...]) -> list[Hit]:
+    audit = _tokens_audit(ctx)
+    if audit is None or audit.status != "audited":
+        return []
+    return _tag_hit(audit, [f for f in audit.findings if f.role in roles and f.verdict in verdicts])
+
+
+def _token_untrained(ctx: Context) -> list[Hit]:
+    return _token_findings(ctx, ("generated",), ("untrained",))
+
+
+def _token_weak(ctx: Context) -> list[Hit]:
+    return _token_findings(ctx, ("generated",), ("weak",))
+
+
+def _token_read_only(ctx: Context) -> list[Hit]:
+    return _token_findings(ctx, ("prefilled", "prompt"), ("untrained", "weak"))
+
+
+def _token_unknown(ctx: Context) -> list[Hit]:
+    return _token_findings(ctx, ("generated",), ("unknown",))
+
+
+def _tokens_skipped(ctx: Context) -> list[Hit]:
+    audit = _tokens_audit(ctx)
+    if audit is None or audit.checkpoint is None:
+        return []  # no checkpoint directory at all (an in-memory module): nothing to audit, not a finding
+    if audit.status == "skipped":
+        return [Hit("tokens", {"checkpoint": audit.checkpoint, "what": "untrained template tokens",
+                               "reason": audit.reason})]
+    if audit.template_skipped is not None:
+        return [Hit("chat template", {"checkpoint": audit.checkpoint, "what": "the chat template's tokens",
+                                      "reason": audit.template_skipped})]
+    return []
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The table.
 
@@ -364,6 +429,10 @@ _FIX_CUDNN = (
     "(pip install -U 'nvidia-cudnn-cu12>=9.15') or torch >= 2.10"
 )
 _CUDNN_MSG = "torch {torch} with cuDNN {cudnn} skips cuDNN for {dtype} 3-D convs"
+_SRC_TOKENS = (
+    "arXiv:2405.05417 (Land & Bartolo 2024, Fishing for Magikarp: under-trained tokens); Qwen3-VL practical "
+    "issues blog, section 2: <think>/</think> never trained in the base model break zero-RL output formats"
+)
 
 RULES: list[Rule] = [
     Rule(
@@ -557,9 +626,54 @@ RULES: list[Rule] = [
         source="measured here (vlforge doctor --bench)",
         facts=("device", "dtype"),
     ),
-    # Hook: the untrained-special-token rule of the tokens audit goes here. Its condition reads
-    # ctx.model.extra["tokens"] (attached by the caller once vlforge.tokens exists) and fires for
-    # special tokens used by the chat template whose embeddings were never trained.
+    # The tokens audit (vlforge.tokens), read from ctx.model.extra["tokens"] (see doctor/tokens.py).
+    Rule(
+        id="untrained-template-token",
+        severity="error",
+        condition=_token_untrained,
+        message="the policy must generate {tags} ({sources}) but these rows look untrained in {checkpoint}: "
+                "the model (almost) never emits them",
+        fix="vlforge tokens fix --model {model_arg} --out {fixed} --strategy mean-of-pieces --tags {tag_list} "
+            "and keep embed_tokens / lm_head trainable{alternatives}",
+        cost="zero-RL format reward stays at 0; with frozen embeddings (LoRA) SFT cannot teach the tags either",
+        source=_SRC_TOKENS,
+        guard_raises=False,
+    ),
+    Rule(
+        id="untrained-template-token-weak",
+        severity="warning",
+        condition=_token_weak,
+        message="the policy must generate {tags} ({sources}) and these rows look weakly trained in {checkpoint}",
+        fix="confirm with vlforge tokens audit --model {model_arg} --verify; then vlforge tokens fix --model "
+            "{model_arg} --out {fixed} --strategy mean-of-pieces --tags {tag_list}{alternatives}",
+        cost="the policy may rarely emit the tags",
+        source=_SRC_TOKENS,
+    ),
+    Rule(
+        id="untrained-template-token-prefilled",
+        severity="info",
+        condition=_token_read_only,
+        message="{tags} ({sources}) look untrained in {checkpoint} but are only prefilled / in the prompt: "
+                "the policy reads them, it does not have to emit them",
+        fix="none needed unless the policy must generate them (then: vlforge tokens fix ... --tags {tag_list})",
+        source=_SRC_TOKENS,
+    ),
+    Rule(
+        id="untrained-template-token-unknown",
+        severity="info",
+        condition=_token_unknown,
+        message="cannot judge whether the rows of generated {tags} ({sources}) are trained: {notes}",
+        fix="vlforge tokens audit --model {model_arg} --reference-ids ... or --verify",
+        source=_SRC_TOKENS,
+    ),
+    Rule(
+        id="tokens-audit-skipped",
+        severity="info",
+        condition=_tokens_skipped,
+        message="{what} not checked for {checkpoint}: {reason}",
+        fix="vlforge tokens audit --model {checkpoint} --tags/--format/--template to audit explicitly",
+        source="vlforge tokens audit (docs/tokens.md)",
+    ),
 ]
 
 
