@@ -1,0 +1,131 @@
+"""``manifest.json``: what a cache holds and what made it; refusing to mix caches; the final merge.
+
+The fingerprint is the sha256 of the canonical JSON of ``model`` (config + weight hashes, not the id or
+path), ``data`` (dataset files' sha256, weights, seed, count) and the cache options. A run whose
+fingerprint differs from the one in an existing ``manifest.json`` stops with one line unless
+``--overwrite``. The manifest has no timestamps, so a resumed run writes the same bytes as an
+uninterrupted one.
+
+Example:
+    >>> header = {"model": {"config_sha256": "ab"}, "data": {}, "options": {"batch_size": 8}}
+    >>> len(fingerprint(header))
+    64
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+from pathlib import Path
+from typing import Any
+
+from vlforge.errors import VlforgeError
+from vlforge.extract.shards import atomic_write, atomic_write_json, read_receipt, sha256_file
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+ERRORS = "errors.jsonl"
+
+
+class CacheError(VlforgeError):
+    """A feature cache that cannot be written to, resumed or read as asked."""
+
+
+def hash_model(path: Path, mode: str) -> dict[str, Any]:
+    """sha256 of ``config.json`` and of the weights: ``full`` hashes every ``*.safetensors`` file's bytes,
+    ``header`` hashes each file's safetensors header (names, dtypes, shapes, offsets) and size."""
+    config = path / "config.json"
+    files = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin"))
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode() + b"\0")
+        if mode == "full" or file.suffix != ".safetensors":
+            digest.update(bytes.fromhex(sha256_file(file)))
+        else:
+            with open(file, "rb") as fh:
+                (size,) = struct.unpack("<Q", fh.read(8))
+                digest.update(fh.read(size))
+            digest.update(str(file.stat().st_size).encode())
+    return {"config_sha256": sha256_file(config) if config.is_file() else None,
+            "weights_sha256": digest.hexdigest(), "weights_hash": mode, "weight_files": [f.name for f in files]}
+
+
+def fingerprint(header: dict[str, Any]) -> str:
+    """sha256 of the parts of the header that decide the cache's contents."""
+    model = {k: v for k, v in header["model"].items() if k not in ("id", "path")}
+    key = {"model": model, "data": header["data"], "options": header["options"]}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def read_manifest(root: Path) -> dict[str, Any] | None:
+    path = root / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise CacheError(f"{path}: not valid JSON ({exc}); pass --overwrite to start the cache again") from None
+
+
+def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    for section in ("model", "options", "data"):
+        a, b = old.get(section, {}), new.get(section, {})
+        for key in sorted(set(a) | set(b)):
+            if key not in ("id", "path") and a.get(key) != b.get(key):
+                return f"{section}.{key} was {a.get(key)!r}, now {b.get(key)!r}"
+    return "fingerprint differs"
+
+
+def prepare(root: Path, header: dict[str, Any], *, overwrite: bool) -> bool:
+    """Check ``root`` against ``header`` (clearing it with ``overwrite``); write the in-progress manifest.
+
+    Returns True when an existing compatible cache is being resumed.
+    """
+    existing = read_manifest(root) if root.exists() else None
+    if root.exists() and existing is None and any(root.iterdir()):
+        raise CacheError(f"{root} exists, is not empty and has no {MANIFEST}; choose a new or empty directory")
+    resumed = False
+    if existing is not None:
+        if existing.get("fingerprint") == header["fingerprint"]:
+            resumed = True
+        elif not overwrite:
+            raise CacheError(f"{root} holds a cache of another model or options ({_difference(existing, header)}); "
+                             "use --overwrite to replace it or choose another --out")
+        else:
+            for name in (MANIFEST, ERRORS):
+                (root / name).unlink(missing_ok=True)
+            shutil.rmtree(root / "shards", ignore_errors=True)
+    (root / "shards").mkdir(parents=True, exist_ok=True)
+    if not resumed or existing.get("status") != "complete":
+        atomic_write_json(root / MANIFEST, {**header, "status": "incomplete", "shards": []})
+    return resumed
+
+
+def finalize(root: Path, header: dict[str, Any], num_shards: int) -> dict[str, Any]:
+    """Merge the shard receipts into ``manifest.json`` and ``errors.jsonl`` (call once every shard is done)."""
+    shards, errors, skipped, missing = [], [], {}, []
+    seen: dict[str, int] = {}
+    for k in range(num_shards):
+        receipt = read_receipt(root, k)
+        if receipt is None or receipt.get("fingerprint") != header["fingerprint"]:
+            missing.append(k)
+            continue
+        for sid in receipt["sample_ids"]:
+            if sid in seen:
+                raise CacheError(f"duplicate sample id {sid!r} in shards {seen[sid]} and {k}; ids come from the "
+                                 f"{header['options']['id_field']!r} field: make them unique or pass --id-field ''")
+            seen[sid] = k
+        for err in receipt["errors"]:
+            skipped[err["reason"]] = skipped.get(err["reason"], 0) + 1
+        errors.extend(receipt["errors"])
+        shards.append({key: receipt[key] for key in ("index", "file", "rows", "sha256", "sample_ids", "first",
+                                                      "count", "skipped")})
+    if missing:
+        raise CacheError(f"{root}: shards {missing[:10]} are not finished; run the same command again to complete them")
+    atomic_write(root / ERRORS, "".join(json.dumps(e, sort_keys=True) + "\n" for e in errors).encode())
+    manifest = {**header, "status": "complete", "shards": shards, "num_rows": sum(s["rows"] for s in shards),
+                "num_skipped": len(errors), "skipped": dict(sorted(skipped.items()))}
+    atomic_write_json(root / MANIFEST, manifest)
+    return manifest

@@ -1,0 +1,100 @@
+"""Typed options of a feature extraction run and the part of them that fixes the cache's contents.
+
+Example:
+    >>> opts = ExtractOptions(model="tiny:qwen3_vl", data="examples/data/dataset.yaml", out="/tmp/cache",
+    ...                       features=["vision_pooled", "hidden_mean"], layers=[-1, 1])
+    >>> opts.needs_language_model, opts.shard_size
+    (True, 256)
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: What can be stored, per sample (see docs/extract.md for the shapes).
+FEATURES = {
+    "vision_tokens": "vision-tower output per merged token (what enters the LLM), images then videos",
+    "vision_pooled": "vision-tower output mean-pooled per image / video",
+    "deepstack": "Qwen3-VL deepstack features per merged token, one per deepstack layer",
+    "hidden_mean": "LLM hidden state mean-pooled over the sample's tokens, at each of --layers",
+    "hidden_last": "LLM hidden state of the sample's last token, at each of --layers",
+}
+VISION_FEATURES = ("vision_tokens", "vision_pooled", "deepstack")
+HIDDEN_FEATURES = ("hidden_mean", "hidden_last")
+DEEPSTACK_FAMILIES = ("qwen3_vl", "qwen3_vl_moe")
+
+
+class ExtractOptions(BaseModel):
+    """Everything ``vlforge extract`` needs; fields marked "cache" must match to resume a cache."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="checkpoint dir, tiny:FAMILY preset or hub id")
+    data: str = Field(description="dataset file (jsonl/json/parquet/arrow), dataset YAML or data config YAML")
+    out: Path = Field(description="cache directory")
+    features: list[str] = Field(default_factory=lambda: ["vision_pooled", "hidden_mean"],
+                                description="cache: what to store, see FEATURES")
+    layers: list[int] = Field(default_factory=lambda: [-1],
+                              description="cache: hidden_states indices for hidden_* (0 embeddings, -1 last, post-norm)")
+    dtype: str = Field("float32", description="cache: model dtype (float32, bfloat16, float16)")
+    batch_size: int = Field(8, gt=0, description="cache: samples per forward (changes numerics, so it is fixed)")
+    shard_size: int = Field(256, gt=0, description="cache: samples (of the global order) per shard")
+    format: Literal["safetensors", "parquet"] = Field("safetensors", description="cache: shard file format")
+    attn_implementation: str | None = Field(None, description="cache: attention implementation (default: model's)")
+    id_field: str = Field("id", description="cache: record key used as sample id when present ('' = never)")
+    on_error: Literal["raise", "skip"] = Field("skip", description="bad samples: stop, or skip into errors.jsonl")
+    weights_hash: Literal["full", "header"] = Field(
+        "full", description="hash every weight file's bytes, or only their safetensors headers and sizes")
+    num_workers: int = Field(0, ge=0, description="DataLoader workers preprocessing while the model runs")
+    device: str = Field("auto", description="auto (cuda:LOCAL_RANK when available, else cpu), cpu, cuda, ...")
+    overwrite: bool = Field(False, description="replace a cache made with another model or other options")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _suggest(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in data:
+                if key not in cls.model_fields:
+                    hint = difflib.get_close_matches(key, cls.model_fields, n=1)
+                    raise ValueError(f"unknown option {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+        return data
+
+    @field_validator("features")
+    @classmethod
+    def _features(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError(f"choose at least one feature of {sorted(FEATURES)}")
+        for name in value:
+            if name not in FEATURES:
+                hint = difflib.get_close_matches(name, FEATURES, n=1)
+                raise ValueError(f"unknown feature {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
+                                 + f" (choose from {', '.join(FEATURES)})")
+        return sorted(set(value), key=list(FEATURES).index)
+
+    @field_validator("layers")
+    @classmethod
+    def _layers(cls, value: list[int]) -> list[int]:
+        if not value:
+            raise ValueError("layers needs at least one index")
+        if len(set(value)) != len(value):
+            raise ValueError(f"layers has duplicates: {value}")
+        return value
+
+    @property
+    def needs_language_model(self) -> bool:
+        return any(f in HIDDEN_FEATURES for f in self.features)
+
+    @property
+    def needs_hidden_states(self) -> bool:
+        """True when a layer other than the final (post-norm) output is asked for."""
+        return self.needs_language_model and self.layers != [-1]
+
+    def cache_options(self) -> dict[str, Any]:
+        """The options that determine the cache's bytes (compared on resume)."""
+        keys = ("features", "layers", "dtype", "batch_size", "shard_size", "format", "attn_implementation",
+                "id_field")
+        return {k: getattr(self, k) for k in keys}

@@ -1,0 +1,308 @@
+"""``run_extract``: load + guard + patch the model, extract the shards this process owns, merge the manifest.
+
+Under ``torchrun`` (``WORLD_SIZE`` > 1) rank 0 checks the directory, hashes model and data and lists
+the unfinished shards; it broadcasts them (gloo) and rank ``r`` takes every ``W``-th of them. Each rank
+writes only its own shards; after a barrier rank 0 merges the receipts into ``manifest.json`` and
+``errors.jsonl``. A killed run restarted with any number of processes redoes only unfinished shards.
+
+Example (CPU, seconds):
+    >>> summary = run_extract(model="tiny:qwen3_vl", data="examples/data/dataset.yaml", out="/tmp/feats")  # doctest: +SKIP
+    >>> summary.rows_written, summary.skipped  # doctest: +SKIP
+    (10, {})
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import ValidationError
+from torch.utils.data import DataLoader
+
+from vlforge.errors import ConfigError, DataError
+from vlforge.extract import manifest as mf
+from vlforge.extract.features import RAGGED, FeatureExtractor, stored_keys
+from vlforge.extract.options import FEATURES, ExtractOptions
+from vlforge.extract.plan import ChunkStream, count_records, data_config, resolve_entries, shard_ranges
+from vlforge.extract.shards import (
+    atomic_write_json,
+    receipt_path,
+    remove_stale,
+    sha256_file,
+    shard_is_done,
+    shard_name,
+    write_shard,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ExtractSummary:
+    """What one process did (``manifest`` is the merged manifest on the process that merged it)."""
+
+    out: str
+    rank: int
+    world_size: int
+    shards_total: int
+    shards_reused: int
+    shards_written: int
+    rows_written: int
+    skipped: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    complete: bool = False
+    manifest: dict[str, Any] | None = None
+
+    @property
+    def samples_per_second(self) -> float:
+        done = self.rows_written + sum(self.skipped.values())
+        return done / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("manifest")
+        out["samples_per_second"] = round(self.samples_per_second, 3)
+        if self.manifest is not None:
+            out["cache"] = {k: self.manifest[k] for k in ("num_rows", "num_skipped", "skipped")}
+        return out
+
+
+class _Dist:
+    """torch.distributed when launched by torchrun (gloo for the object exchange), else a single process."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self.dist, self.created, self.group = dist, False, None
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+            dist.init_process_group("gloo")
+            self.created = True
+        self.active = dist.is_available() and dist.is_initialized()
+        if self.active and dist.get_backend() != "gloo":
+            self.group = dist.new_group(backend="gloo")
+        self.rank = dist.get_rank() if self.active else 0
+        self.world = dist.get_world_size() if self.active else 1
+
+    def broadcast(self, payload: Any) -> Any:
+        if not self.active:
+            return payload
+        box = [payload]
+        self.dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.active:
+            self.dist.barrier(group=self.group)
+
+    def close(self) -> None:
+        if self.created:
+            self.dist.destroy_process_group()
+
+
+def _device(spec: str) -> torch.device:
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        return torch.device("cpu")
+    return torch.device(spec)
+
+
+def _header(opts: ExtractOptions, loaded: Any, processor: Any, cfg: Any, entries: list[Any], total: int,
+            extractor: FeatureExtractor) -> dict[str, Any]:
+    model = {"id": loaded.source, "family": loaded.family, **mf.hash_model(Path(loaded.path), opts.weights_hash)}
+    data = {"entries": [{"file": e.path.name, "sha256": sha256_file(e.path), "data_type": e.data_type,
+                         "weight": e.weight, "max_samples": e.max_samples} for e in entries],
+            "seed": cfg.seed, "num_samples": total, "max_length": cfg.max_length,
+            "allow_path_escape": cfg.allow_path_escape, "vision": processor.settings.model_dump(mode="json")}
+    dtype = str(extractor.dtype).removeprefix("torch.")
+    d, k, n_layers = extractor.hidden_size, None, len(opts.layers)
+    if "deepstack" in opts.features:
+        k = len(extractor.inner.visual.deepstack_visual_indexes)
+    tails = {"vision_tokens": [d], "vision_pooled": [d], "deepstack": [k, d], "vision_items": [2],
+             "hidden_mean": [n_layers, d], "hidden_last": [n_layers, d]}
+    features = {key: {"dtype": "int64" if key == "vision_items" else dtype, "ragged": key in RAGGED,
+                      "shape": ["n", *tails[key]] if key in RAGGED else tails[key],
+                      "description": FEATURES.get(key, "per item: [kind (1 image, 2 video), tokens]")}
+                for key in stored_keys(opts.features)}
+    header = {"format_version": mf.FORMAT_VERSION, "model": model, "data": data, "options": opts.cache_options(),
+              "features": features, "num_shards": len(shard_ranges(total, opts.shard_size)),
+              "data_paths": [str(e.path) for e in entries]}
+    header["fingerprint"] = mf.fingerprint(header)
+    return header
+
+
+class _ShardBuffer:
+    def __init__(self, first: int, count: int) -> None:
+        self.first, self.count, self.accounted = first, count, 0
+        self.rows: list[tuple[int, str, dict[str, torch.Tensor]]] = []
+        self.errors: list[dict[str, Any]] = []
+
+
+def _progress(enabled: bool, total: int):
+    from contextlib import nullcontext
+
+    if not enabled:
+        return nullcontext(None)
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            speed = task.finished_speed or task.speed
+            return Text("-- samples/s" if speed is None else f"{speed:.1f} samples/s")
+
+    return Progress(TextColumn("extract"), BarColumn(), MofNCompleteColumn(), Rate(), TimeElapsedColumn(),
+                    TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+
+
+def run_extract(options: ExtractOptions | None = None, *, progress: bool = False, loaded: Any = None,
+                **kwargs: Any) -> ExtractSummary:
+    """Extract features into ``options.out`` (or build the options from ``kwargs``); see the module docstring.
+
+    ``loaded``: an already loaded ``vlforge.models.LoadedModel`` of ``options.model`` to use (and patch)
+    instead of loading it again; its dtype must be ``options.dtype``.
+    """
+    if options is None:
+        try:
+            options = ExtractOptions(**kwargs)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(p) for p in first["loc"]) or "(options)"
+            raise ConfigError(f"extract: {loc}: {first['msg'].removeprefix('Value error, ')}") from None
+    elif kwargs:
+        options = options.model_copy(update=kwargs)
+    start = time.perf_counter()
+    dist = _Dist()
+    try:
+        return _run(options, dist, progress, start, loaded)
+    finally:
+        dist.close()
+
+
+def _run(opts: ExtractOptions, dist: _Dist, progress: bool, start: float, loaded: Any) -> ExtractSummary:
+    import vlforge
+    from vlforge.data import build_processor
+    from vlforge.doctor import guard
+    from vlforge.models import load, parse_dtype
+
+    root = Path(opts.out)
+    device = _device(opts.device)
+    cfg, base = data_config(opts.data, on_error=opts.on_error)
+    entries = resolve_entries(cfg, base)
+    if loaded is None:
+        loaded = load(opts.model, dtype=opts.dtype, device=device, attn_implementation=opts.attn_implementation)
+    elif next(loaded.model.parameters()).dtype != parse_dtype(opts.dtype):
+        raise ConfigError(f"extract: the loaded model is {next(loaded.model.parameters()).dtype}, --dtype is {opts.dtype}")
+    else:
+        device = next(loaded.model.parameters()).device
+    if loaded.processor is None or not hasattr(loaded.processor, "image_processor"):
+        raise ConfigError(f"{opts.model}: no image processor in the checkpoint; vlforge extract needs a VLM")
+    if getattr(loaded.model, "_vlforge_guarded", None) != opts.dtype:  # once per loaded model and dtype
+        guard(loaded.model, opts.dtype)
+        logger.info("extract: %s", vlforge.patch(loaded.model).summary())
+        loaded.model._vlforge_guarded = opts.dtype
+    processor = build_processor(cfg, loaded.tokenizer, loaded.family, image_processor=loaded.processor.image_processor)
+    extractor = FeatureExtractor(loaded.model, loaded.family, opts, device)
+
+    plan: dict[str, Any] | None = None
+    if dist.rank == 0:
+        try:
+            total = count_records(entries, seed=cfg.seed)
+            header = _header(opts, loaded, processor, cfg, entries, total, extractor)
+            resumed = mf.prepare(root, header, overwrite=opts.overwrite)
+            stale = remove_stale(root)
+            ranges = shard_ranges(total, opts.shard_size)
+            todo = [k for k in range(len(ranges)) if not shard_is_done(root, k, header["fingerprint"])]
+            if resumed:
+                logger.info("extract: resuming %s: %d of %d shards done, %d to do (%d stale temp files removed)",
+                            root, len(ranges) - len(todo), len(ranges), len(todo), stale)
+            plan = {"header": header, "todo": todo, "ranges": ranges}
+        except Exception as exc:  # every rank must hear about it, or the others wait forever
+            dist.broadcast({"error": f"{type(exc).__name__}: {exc}"})
+            raise
+    plan = dist.broadcast(plan)
+    if "error" in plan:
+        raise ConfigError(f"extract: rank 0 failed: {plan['error']}")
+    header, todo, ranges = plan["header"], plan["todo"], plan["ranges"]
+    mine = todo[dist.rank::dist.world]
+    summary = ExtractSummary(out=str(root), rank=dist.rank, world_size=dist.world, shards_total=len(ranges),
+                             shards_reused=len(ranges) - len(todo), shards_written=0, rows_written=0)
+    if mine:
+        _extract_shards(opts, cfg, processor, entries, extractor, header, mine, ranges, root, summary,
+                        progress and dist.rank == 0)
+    dist.barrier()
+    if dist.rank == 0:
+        summary.manifest = mf.finalize(root, header, len(ranges))
+        summary.complete = True
+    dist.barrier()
+    summary.seconds = time.perf_counter() - start
+    _log_summary(summary)
+    return summary
+
+
+def _extract_shards(opts: ExtractOptions, cfg: Any, processor: Any, entries: list[Any], extractor: FeatureExtractor,
+                    header: dict[str, Any], mine: list[int], ranges: list[tuple[int, int]], root: Path,
+                    summary: ExtractSummary, show_progress: bool) -> None:
+    stream = ChunkStream(cfg, processor, entries, shards=mine, shard_size=opts.shard_size,
+                         batch_size=opts.batch_size, id_field=opts.id_field)
+    loader = DataLoader(stream, batch_size=None, num_workers=opts.num_workers,
+                        prefetch_factor=4 if opts.num_workers else None)
+    buffers = {k: _ShardBuffer(*ranges[k]) for k in mine}
+    with _progress(show_progress, sum(ranges[k][1] for k in mine)) as bar:
+        task = bar.add_task("extract", total=sum(ranges[k][1] for k in mine)) if bar is not None else None
+        for chunk in loader:
+            if chunk.errors and opts.on_error == "raise":
+                raise DataError(chunk.errors[0]["message"] + " (--on-error skip records it in errors.jsonl)")
+            buf = buffers[chunk.shard]
+            rows = extractor(chunk.batch, chunk.items) if chunk.batch is not None else []
+            buf.rows.extend(zip(chunk.indices, chunk.sample_ids, rows, strict=True))
+            buf.errors.extend(chunk.errors)
+            buf.accounted += chunk.accounted
+            if buf.accounted == buf.count:
+                _write(root, chunk.shard, buffers.pop(chunk.shard), opts.format, header["fingerprint"], summary)
+            if bar is not None:
+                bar.update(task, advance=chunk.accounted)
+    if buffers:  # the data changed under us: fewer records than counted
+        raise DataError(f"{opts.data}: shards {sorted(buffers)} ended early; did the dataset change during the run?")
+
+
+def _write(root: Path, index: int, buf: _ShardBuffer, fmt: str, fp: str, summary: ExtractSummary) -> None:
+    buf.rows.sort(key=lambda r: r[0])
+    errors = sorted(buf.errors, key=lambda e: e["index"])
+    file = shard_name(index, fmt)
+    indices = [r[0] for r in buf.rows]
+    ids = [r[1] for r in buf.rows]
+    digest = write_shard(root / "shards" / file, [r[2] for r in buf.rows], ids, indices, fmt)
+    atomic_write_json(receipt_path(root, index), {
+        "index": index, "file": file, "rows": len(buf.rows), "sha256": digest, "sample_ids": ids,
+        "first": buf.first, "count": buf.count, "skipped": len(errors), "errors": errors, "fingerprint": fp})
+    summary.shards_written += 1
+    summary.rows_written += len(buf.rows)
+    for err in errors:
+        summary.skipped[err["reason"]] = summary.skipped.get(err["reason"], 0) + 1
+    logger.debug("extract: wrote %s (%d rows, %d skipped)", file, len(buf.rows), len(errors))
+
+
+def _log_summary(s: ExtractSummary) -> None:
+    skipped = ", ".join(f"{k}={v}" for k, v in sorted(s.skipped.items())) or "none"
+    where = f" rank {s.rank}/{s.world_size}" if s.world_size > 1 else ""
+    logger.info("extract%s: %d samples in %d new shard(s) (%d reused of %d), skipped: %s, %.1f s (%.1f samples/s)",
+                where, s.rows_written, s.shards_written, s.shards_reused, s.shards_total, skipped, s.seconds,
+                s.samples_per_second)
+    if s.manifest is not None:
+        logger.info("extract: cache %s complete: %d rows, %d skipped %s", s.out, s.manifest["num_rows"],
+                    s.manifest["num_skipped"], s.manifest["skipped"] or "")
