@@ -12,7 +12,7 @@ from vlforge.models.components import Component, discover
 from vlforge.models.inputs import InputSpec, make_spec
 from vlforge.profile.render import compare_table, plot, render, require_matplotlib, run_table
 from vlforge.profile.report import Comparison, ComponentStats, ProfileReport, RunProfile
-from vlforge.profile.runner import ProfileOptions, parse_list, run_profile
+from vlforge.profile.runner import ProfileOptions, run_profile
 from vlforge.profile.timer import ComponentTimer
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "compare_table",
     "discover",
     "make_spec",
-    "parse_list",
     "plot",
     "render",
     "require_matplotlib",

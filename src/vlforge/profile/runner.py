@@ -19,15 +19,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import vlforge
-from vlforge.errors import ConfigError, VlforgeError
+from vlforge.errors import VlforgeError
 from vlforge.models.components import discover
 from vlforge.models.inputs import check_sources, make_spec
 from vlforge.models.load import dtype_name, resolve_device
@@ -284,29 +283,3 @@ def run_profile(options: ProfileOptions, *, loaded: Any | None = None) -> Profil
         anomaly_ratio=options.anomaly_ratio, anomaly_min_share=options.anomaly_min_share, skipped_attn=skipped,
         runs=runs, comparisons=comparisons,
     )
-
-
-def build_options(cls: type[BaseModel], **values: Any) -> Any:
-    """``cls(**values)`` with a pydantic validation error turned into one ConfigError line."""
-    try:
-        return cls(**values)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or cls.__name__
-        raise ConfigError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
-
-
-def parse_list(text: str | Sequence[str] | None, *, cast: Any = str, flag: str = "") -> list[Any]:
-    """``"1,4,8"`` -> ``[1, 4, 8]``; one clear error naming the flag for a bad item."""
-    if text is None:
-        return []
-    items = text.split(",") if isinstance(text, str) else [p for t in text for p in str(t).split(",")]
-    out = []
-    for item in (i.strip() for i in items):
-        if not item:
-            continue
-        try:
-            out.append(cast(item))
-        except ValueError as error:
-            raise VlforgeError(f"{flag} {text!r}: {item!r} is not a valid {cast.__name__}") from error
-    return out
