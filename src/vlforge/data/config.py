@@ -13,23 +13,23 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vlforge.data.sources import DATA_TYPES, infer_data_type
 from vlforge.errors import ConfigError
+from vlforge.strict import StrictModel
 
 VIDEO_KEYS = ("video_sampling_strategy", "fps", "frame_num", "video_min_frames", "video_max_frames",
               "video_min_pixels", "video_max_pixels", "video_total_pixels", "min_pixels", "max_pixels")
 
 
 class DatasetEntry(BaseModel):
-    """One dataset file of the mixture."""
+    """One dataset file of the mixture (unknown keys keep their exact location in the error)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -40,10 +40,8 @@ class DatasetEntry(BaseModel):
     max_samples: int | None = Field(None, gt=0, description="read at most this many records per epoch")
 
 
-class DataConfig(BaseModel):
+class DataConfig(StrictModel):
     """Everything the data pipeline needs besides the tokenizer and model family."""
-
-    model_config = ConfigDict(extra="forbid")
 
     datasets: list[DatasetEntry] | str = Field(description="entries, or the path of a dataset YAML")
     on_error: Literal["raise", "skip"] = Field("raise", description="bad samples: stop, or skip and count")
@@ -75,15 +73,6 @@ class DataConfig(BaseModel):
     group_by_length: bool = Field(False, description="batch samples of similar length together")
     group_window: int = Field(64, gt=0, description="samples sorted together by group_by_length")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _suggest(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for key in data:
-                if key not in cls.model_fields:
-                    hint = difflib.get_close_matches(key, cls.model_fields, n=1)
-                    raise ValueError(f"unknown key {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
-        return data
 
     @property
     def length_limit(self) -> int | None:

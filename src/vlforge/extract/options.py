@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator
+
+from vlforge.strict import StrictModel
 
 #: What can be stored, per sample (see docs/extract.md for the shapes).
 FEATURES = {
@@ -28,10 +30,10 @@ HIDDEN_FEATURES = ("hidden_mean", "hidden_last")
 DEEPSTACK_FAMILIES = ("qwen3_vl", "qwen3_vl_moe")
 
 
-class ExtractOptions(BaseModel):
+class ExtractOptions(StrictModel):
     """Everything ``vlforge extract`` needs; fields marked "cache" must match to resume a cache."""
 
-    model_config = ConfigDict(extra="forbid")
+    unknown_label: ClassVar[str] = "option"
 
     model: str = Field(description="checkpoint dir, tiny:FAMILY preset or hub id")
     data: str = Field(description="dataset file (jsonl/json/parquet/arrow), dataset YAML or data config YAML")
@@ -52,16 +54,6 @@ class ExtractOptions(BaseModel):
     num_workers: int = Field(0, ge=0, description="DataLoader workers preprocessing while the model runs")
     device: str = Field("auto", description="auto (cuda:LOCAL_RANK when available, else cpu), cpu, cuda, ...")
     overwrite: bool = Field(False, description="replace a cache made with another model or other options")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _suggest(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for key in data:
-                if key not in cls.model_fields:
-                    hint = difflib.get_close_matches(key, cls.model_fields, n=1)
-                    raise ValueError(f"unknown option {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else ""))
-        return data
 
     @field_validator("features")
     @classmethod

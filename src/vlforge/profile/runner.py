@@ -20,10 +20,10 @@ import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 import vlforge
 from vlforge.errors import VlforgeError
@@ -43,16 +43,17 @@ from vlforge.profile.report import (
     timing,
 )
 from vlforge.profile.timer import ComponentTimer
+from vlforge.strict import StrictModel
 
 logger = logging.getLogger(__name__)
 
 VARIANTS = ("stock", "patched", "patched-fp32")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 DTYPES = ("float32", "bfloat16", "float16")
-class ProfileOptions(BaseModel):
+class ProfileOptions(StrictModel):
     """What ``vlforge profile`` measures; every CLI flag maps to one field."""
 
-    model_config = ConfigDict(extra="forbid")
+    unknown_label: ClassVar[str] = "option"
 
     model: str
     """Local checkpoint dir, ``tiny:FAMILY`` preset or hub id."""

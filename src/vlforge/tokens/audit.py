@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from vlforge.errors import ConfigError, ModelLoadError
+from vlforge.strict import StrictModel
 from vlforge.tokens import detect as det
 from vlforge.tokens import templates as tpl
 from vlforge.tokens.suggest import suggest
@@ -31,10 +32,10 @@ EXIT_CODES = {det.UNTRAINED: 2, det.WEAK: 1, det.UNKNOWN: 0, det.TRAINED: 0}
 MAX_VERIFY_IDS = 64
 
 
-class AuditOptions(BaseModel):
+class AuditOptions(StrictModel):
     """What to audit. With no tag source given, the model's own chat template is used."""
 
-    model_config = ConfigDict(extra="forbid")
+    unknown_label: ClassVar[str] = "option"
 
     model: Path | None = Field(None, description="Checkpoint directory (safetensors); tokenizer too unless given.")
     tokenizer: Path | None = Field(None, description="Tokenizer directory (default: the model directory).")

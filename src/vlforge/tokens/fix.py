@@ -22,14 +22,15 @@ import logging
 import os
 import shutil
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 from safetensors import safe_open
 from safetensors.torch import save_file
 
 from vlforge.errors import ConfigError, VlforgeError
+from vlforge.strict import StrictModel
 from vlforge.tokens import detect as det
 from vlforge.tokens.tokenizer import added_tokens, byte_invalid_ids, load_tokenizer, plain_pieces
 from vlforge.tokens.weights import Embeddings, MatrixSource, open_embeddings
@@ -39,10 +40,10 @@ log = logging.getLogger(__name__)
 SCHEMA = "vlforge.tokens.fix/1"
 
 
-class FixOptions(BaseModel):
+class FixOptions(StrictModel):
     """What to repair and how."""
 
-    model_config = ConfigDict(extra="forbid")
+    unknown_label: ClassVar[str] = "option"
 
     model: Path = Field(description="Checkpoint directory (safetensors).")
     out: Path = Field(description="New checkpoint directory (must not exist or be empty).")

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import copy
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 from torch import nn
 
 import vlforge
@@ -34,6 +34,7 @@ from vlforge.models.components import discover
 from vlforge.models.inputs import check_sources, make_spec
 from vlforge.models.load import dtype_name, resolve_device
 from vlforge.patches import is_patchable, patched_modules
+from vlforge.strict import StrictModel
 from vlforge.verify import checks
 from vlforge.verify.report import (
     Check,
@@ -51,10 +52,10 @@ BF16_LAYER_MIN_COSINE = 0.999
 TOWER_MIN_COSINE = 0.99
 
 
-class VerifyOptions(BaseModel):
+class VerifyOptions(StrictModel):
     """What ``vlforge verify`` compares; every CLI flag maps to one field."""
 
-    model_config = ConfigDict(extra="forbid")
+    unknown_label: ClassVar[str] = "option"
 
     model: str
     synthetic: str | None = None
