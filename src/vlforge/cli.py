@@ -57,6 +57,7 @@ def tiny(
     out_dir: Annotated[Path | None, typer.Argument(help="Directory to write the checkpoint into.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random initialisation.")] = 0,
     list_families: Annotated[bool, typer.Option("--list", help="List the families and exit.")] = False,
+    untied: Annotated[bool, typer.Option("--untied", help="Separate lm_head instead of tied embeddings.")] = False,
 ) -> None:
     """Write a small random-initialised, loadable Hugging Face checkpoint of FAMILY into OUT_DIR."""
     from vlforge.models import tiny as tiny_models
@@ -66,9 +67,9 @@ def tiny(
             typer.echo(name)
         return
     if not family or out_dir is None:
-        raise VlforgeError("usage: vlforge tiny FAMILY OUT_DIR [--seed N] (families: "
+        raise VlforgeError("usage: vlforge tiny FAMILY OUT_DIR [--seed N] [--untied] (families: "
                            + ", ".join(tiny_models.families()) + ")")
-    path = tiny_models.write_tiny(family, out_dir, seed=seed)
+    path = tiny_models.write_tiny(family, out_dir, seed=seed, tie_word_embeddings=not untied)
     typer.echo(str(path))
 
 
@@ -83,6 +84,279 @@ def demo(
 
 
 # --- further commands register below (doctor, tokens, profile, verify, validate, train, export, extract) ---
+
+
+_ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Checkpoint dir, tiny preset (tiny:qwen3_vl) or hub id.")]
+_SyntheticOpt = Annotated[str | None, typer.Option(help="Random frames FRAMESxHxW (e.g. 8x720x1280) through the "
+                                                        "model's processor rules; default 1x224x224.")]
+_ImageOpt = Annotated[list[Path] | None, typer.Option("--image", help="Image file(s), one prompt (repeatable).")]
+_VideoOpt = Annotated[Path | None, typer.Option(help="Video file, decoded with PyAV, frames sampled uniformly.")]
+_FramesOpt = Annotated[int, typer.Option(help="Frames sampled from --video.")]
+
+
+@app.command()
+def profile(
+    model: _ModelOpt,
+    synthetic: _SyntheticOpt = None,
+    image: _ImageOpt = None,
+    video: _VideoOpt = None,
+    video_frames: _FramesOpt = 8,
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes, e.g. 1,4,8.")] = "1",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, cuda:1, ...")] = "auto",
+    attn: Annotated[str, typer.Option(help="Comma-separated: sdpa,eager,flash_attention_2 (unavailable ones "
+                                           "are skipped with a warning).")] = "sdpa",
+    warmup: Annotated[int, typer.Option(help="Untimed forwards per configuration (the first counts FLOPs).")] = 1,
+    repeats: Annotated[int, typer.Option(help="Timed iterations per configuration.")] = 3,
+    compare: Annotated[str, typer.Option(help="Variants run in one process on the same weights: stock, patched, "
+                                              "patched-fp32; e.g. stock,patched prints per-component ratios.")] = "stock",
+    trace: Annotated[Path | None, typer.Option(help="Write a torch.profiler Chrome trace per run into DIR.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write a bar chart PNG (needs vlforge[plot]).")] = None,
+    per_block: Annotated[bool, typer.Option("--per-block/--summary", help="One row per block and layer.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+) -> None:
+    """Time every component of a VLM through forward hooks: share, FLOPs, anomalies, stock vs patched."""
+    from vlforge import profile as profile_job
+    from vlforge.cli_args import build_options, parse_list
+
+    options = build_options(
+        profile_job.ProfileOptions, model=model, synthetic=synthetic, images=image or [], video=video,
+        video_frames=video_frames, batch_sizes=parse_list(batch_sizes, cast=int, flag="--batch-sizes"),
+        dtype=dtype, device=device, attn=parse_list(attn, flag="--attn"), warmup=warmup, repeats=repeats,
+        compare=parse_list(compare, flag="--compare"), trace_dir=trace,
+    )
+    if plot is not None:
+        profile_job.require_matplotlib()  # fail before the run, not after it
+    report = profile_job.run_profile(options)
+    if plot is not None:
+        profile_job.plot(report, plot)
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+    else:
+        profile_job.render(report, Console(), per_block=per_block)
+
+
+@app.command()
+def verify(
+    model: _ModelOpt,
+    synthetic: _SyntheticOpt = None,
+    image: _ImageOpt = None,
+    video: _VideoOpt = None,
+    video_frames: _FramesOpt = 8,
+    batch_size: Annotated[int, typer.Option(help="Copies of the input in the batch.")] = 1,
+    dtype: Annotated[str, typer.Option(help="Dtype of the tower and end-to-end comparison.")] = "bfloat16",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, ...")] = "auto",
+    attn: Annotated[str, typer.Option(help="Attention implementation.")] = "sdpa",
+    precision: Annotated[str, typer.Option(help="Patched precision under test: native or fp32.")] = "native",
+    generate: Annotated[int, typer.Option(help="Greedy tokens generated by both (0: skip).")] = 8,
+    tower_reference: Annotated[bool, typer.Option(help="Tower error vs an fp64 (CPU) / fp32 (GPU) copy.")] = True,
+    max_fp32_layer_diff: Annotated[float, typer.Option(help="Patch layer fp32 max abs diff must be below.")] = 1e-5,
+    min_bf16_layer_cosine: Annotated[float, typer.Option(help="Patch layer bf16 cosine must exceed.")] = 0.999,
+    min_tower_cosine: Annotated[float, typer.Option(help="Per-sample pooled tower cosine must exceed.")] = 0.99,
+    max_kl: Annotated[float | None, typer.Option(help="Also fail when mean logits KL exceeds this.")] = None,
+    min_top1: Annotated[float | None, typer.Option(help="Also fail when top-1 agreement is below this.")] = None,
+    require_identical_generation: Annotated[bool, typer.Option(help="Also fail when generations differ.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+) -> None:
+    """Prove the patched model computes the same outputs as the stock one; exit 2 naming any failed check."""
+    from vlforge import verify as verify_job
+    from vlforge.cli_args import build_options
+
+    options = build_options(
+        verify_job.VerifyOptions, model=model, synthetic=synthetic, images=image or [], video=video,
+        video_frames=video_frames, batch_size=batch_size, dtype=dtype, device=device, attn=attn,
+        precision=precision, generate_tokens=generate, tower_reference=tower_reference,
+        max_fp32_layer_diff=max_fp32_layer_diff, min_bf16_layer_cosine=min_bf16_layer_cosine,
+        min_tower_cosine=min_tower_cosine, max_kl=max_kl, min_top1=min_top1,
+        require_identical_generation=require_identical_generation,
+    )
+    report = verify_job.run_verify(options)
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+    else:
+        verify_job.render(report, Console())
+    if not report.passed:
+        for check in report.checks:
+            if not check.passed:
+                console.print(f"[bold red]verify failed:[/] {check.describe()}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+
+
+@app.command()
+def validate(
+    config: Annotated[Path, typer.Argument(help="Training config YAML: native, LMMS Engine or guide layout.")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value overrides, e.g. training.learning_rate=1e-4.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")] = False,
+) -> None:
+    """Check a training config: print it resolved (exit 0) or one line per problem (exit 2)."""
+    import json
+
+    from vlforge.train import validate as validate_job
+
+    report = validate_job.check(config, overrides or [])
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), indent=2))
+    elif report.ok:
+        typer.echo(report.to_yaml_text(), nl=False)
+    else:
+        for line in report.error_lines():
+            typer.echo(f"error: {line}", err=True)
+    if not report.ok:
+        raise typer.Exit(2)
+
+
+@app.command()
+def train(
+    config: Annotated[Path, typer.Argument(help="Training config YAML: native, LMMS Engine or guide layout.")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value overrides, e.g. training.max_steps=10.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON summary on stdout.")] = False,
+) -> None:
+    """Train in this process (for several: torchrun ... -m vlforge.train CONFIG); export to OUTPUT_DIR/final."""
+    import json
+
+    from vlforge.train.trainer import run
+
+    result = run(config, overrides or [], progress=not as_json and sys.stderr.isatty())
+    summary = {"output_dir": str(result.output_dir), "steps": result.steps, "losses": result.losses,
+               "eval_losses": result.eval_losses, "checkpoint": str(result.checkpoint) if result.checkpoint else None,
+               "export_dir": str(result.export_dir) if result.export_dir else None,
+               "resumed_from": str(result.resumed_from) if result.resumed_from else None}
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2))
+    else:
+        console.print(f"trained {result.steps} steps; final model: {summary['export_dir']}", highlight=False)
+
+
+@app.command("export")
+def export_command(
+    checkpoint: Annotated[Path, typer.Argument(help="A checkpoint directory (OUTPUT_DIR/checkpoint-STEP).")],
+    out: Annotated[Path, typer.Argument(help="New Hugging Face directory to write.")],
+    source: Annotated[str | None, typer.Option(help="Source model (default: the one the run trained).")] = None,
+) -> None:
+    """Write a training checkpoint as a Hugging Face directory (safetensors + config + processor files)."""
+    from vlforge.train.export import export_checkpoint
+
+    path = export_checkpoint(checkpoint, out, source=source)
+    console.print(f"exported {checkpoint} -> {path}", highlight=False)
+
+
+@app.command()
+def doctor(
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Checkpoint dir or preset (tiny:qwen3_vl).")] = None,
+    dtype: Annotated[str | None, typer.Option(help="Compute dtype of the run: float32, bf16, fp16.")] = None,
+    assume: Annotated[str | None, typer.Option(help="What-if facts: torch=2.9.1,cudnn=91002,device=cuda,...")] = None,
+    bench: Annotated[bool, typer.Option("--bench/--no-bench", help="Measure the patch convs here.")] = True,
+    windows: Annotated[int | None, typer.Option(min=1, help="Windows per measured call (default: a 1024x1024 image).")] = None,
+    bench_seconds: Annotated[float, typer.Option(min=0.0, help="Time budget of the measurement.")] = 5.0,
+    json_output: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+    tokens: Annotated[bool, typer.Option("--tokens/--no-tokens", help="Audit untrained special tokens of the "
+                                         "chat template (reads the checkpoint's embeddings, a few seconds).")] = True,
+    fmt: Annotated[str | None, typer.Option("--format", help="Also audit a reward format's tags: r1.")] = None,
+    reward_regex: Annotated[str | None, typer.Option(help="Also audit the literal tags of this reward regex.")] = None,
+    tags: Annotated[list[str] | None, typer.Option("--tags", help="Also audit these tags (comma-separated).")] = None,
+) -> None:
+    """Diagnose this machine (and a model): facts, rules, measurement, fixes. Exit 0 ok, 1 warnings, 2 errors."""
+    from vlforge.doctor.command import run, token_options
+
+    code = run(model, dtype=dtype, assume=assume, bench=bench, windows=windows, bench_seconds=bench_seconds,
+               json_output=json_output, tokens=token_options(tokens, fmt, reward_regex, tags))
+    raise typer.Exit(code)
+
+
+tokens_app = typer.Typer(help="Under-trained tokens in templates / reward formats: audit and repair.",
+                         no_args_is_help=True)
+app.add_typer(tokens_app, name="tokens")
+_ListOpt = list[str] | None
+
+
+@tokens_app.command("audit")
+def tokens_audit(
+    model: Annotated[Path | None, typer.Option("--model", "-m", help="Checkpoint dir (safetensors), tiny:FAMILY or hub id.")] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer directory (default: --model).")] = None,
+    tags: Annotated[_ListOpt, typer.Option("--tags", help="Tags to generate, comma-separated, repeatable.")] = None,
+    template: Annotated[Path | None, typer.Option(help="Chat template (jinja) file to probe.")] = None,
+    model_template: Annotated[bool, typer.Option("--model-template", help="Probe the tokenizer's template "
+                                                 "(default when no other source is given).")] = False,
+    template_var: Annotated[_ListOpt, typer.Option(help="Template variable KEY=VALUE, e.g. enable_thinking=false.")] = None,
+    reward_regex: Annotated[str | None, typer.Option(help="Reward regex; its literal tags must be generated.")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="Built-in format: r1 (<think>..</think><answer>..</answer>).")] = None,
+    reference_ids: Annotated[_ListOpt, typer.Option(help="Extra known-unused ids for the reference set.")] = None,
+    threshold: Annotated[_ListOpt, typer.Option(help="Override a threshold KEY=VALUE (see docs/tokens.md).")] = None,
+    verify: Annotated[bool, typer.Option("--verify", help="Forward-pass repeat check of the tag ids.")] = False,
+    verify_dtype: Annotated[str, typer.Option(help="dtype for --verify.")] = "float32",
+    rewrite_out: Annotated[Path | None, typer.Option(help="Write the rewritten template / regex here.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+) -> None:
+    """Audit tags: encoding, generated vs prefilled, weights verdicts. Exit 2 untrained, 1 weak, 0 fine."""
+    from vlforge.tokens.command import audit_command
+
+    raise typer.Exit(audit_command(
+        model=model, tokenizer=tokenizer, tags=tags, template=template, model_template=model_template,
+        template_vars=template_var, reward_regex=reward_regex, fmt=fmt, reference_ids=reference_ids,
+        thresholds=threshold, verify=verify, verify_dtype=verify_dtype, rewrite_out=rewrite_out,
+        json_output=json_output))
+
+
+@tokens_app.command("fix")
+def tokens_fix(
+    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint directory (safetensors).")],
+    out: Annotated[Path, typer.Option(help="New checkpoint directory (must not exist or be empty).")],
+    strategy: Annotated[str, typer.Option(help="mean-of-pieces or trained-mean.")] = "mean-of-pieces",
+    ids: Annotated[_ListOpt, typer.Option("--ids", help="Ids to re-initialise, comma-separated.")] = None,
+    tags: Annotated[_ListOpt, typer.Option("--tags", help="Re-initialise the untrained / weak ids of these tags.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the added noise.")] = 0,
+    noise: Annotated[float, typer.Option(help="Noise std relative to the per-element row scale.")] = 0.02,
+    trainable_rows: Annotated[Path | None, typer.Option(help="Write the changed ids (to unfreeze) as JSON.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+) -> None:
+    """Write a copy of the checkpoint whose flagged embedding rows are re-initialised."""
+    from vlforge.tokens.command import fix_command
+
+    raise typer.Exit(fix_command(model=model, out=out, strategy=strategy, ids=ids, tags=tags, seed=seed,
+                                 noise=noise, trainable_rows=trainable_rows, json_output=json_output))
+
+
+@app.command()
+def extract(
+    model: _ModelOpt,
+    data: Annotated[str, typer.Option(help="Dataset file (.jsonl/.json/.parquet/.arrow), dataset YAML or data config.")],
+    out: Annotated[Path, typer.Option(help="Cache directory (created; resumed when it holds the same run).")],
+    features: Annotated[str, typer.Option(help="Comma-separated: vision_tokens, vision_pooled, deepstack, "
+                                               "hidden_mean, hidden_last.")] = "vision_pooled,hidden_mean",
+    layers: Annotated[str, typer.Option(help="hidden_states indices for hidden_*: 0 embeddings, -1 last.")] = "-1",
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+    batch_size: Annotated[int, typer.Option(help="Samples per forward (fixed for a cache).")] = 8,
+    shard_size: Annotated[int, typer.Option(help="Samples of the global order per shard.")] = 256,
+    fmt: Annotated[str, typer.Option("--format", help="safetensors or parquet.")] = "safetensors",
+    num_workers: Annotated[int, typer.Option(help="DataLoader workers preprocessing while the model runs.")] = 0,
+    on_error: Annotated[str, typer.Option(help="skip (into errors.jsonl) or raise.")] = "skip",
+    attn: Annotated[str | None, typer.Option(help="Attention implementation (default: the model's).")] = None,
+    id_field: Annotated[str, typer.Option(help="Record key used as sample id when present ('' = never).")] = "id",
+    weights_hash: Annotated[str, typer.Option(help="full (hash weight bytes) or header (headers + sizes).")] = "full",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda, ...")] = "auto",
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a cache of another model/options.")] = False,
+    show_progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar (rank 0).")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON summary on stdout.")] = False,
+) -> None:
+    """Extract features into a sharded, resumable cache (works under torchrun; see docs/extract.md)."""
+    import json
+
+    from vlforge.cli_args import parse_list
+    from vlforge.extract import run_extract
+
+    summary = run_extract(
+        model=model, data=data, out=out, features=parse_list(features, flag="--features"),
+        layers=parse_list(layers, cast=int, flag="--layers"), dtype=dtype, batch_size=batch_size,
+        shard_size=shard_size, format=fmt, num_workers=num_workers, on_error=on_error, attn_implementation=attn,
+        id_field=id_field, weights_hash=weights_hash, device=device, overwrite=overwrite,
+        progress=show_progress and not as_json,
+    )
+    if as_json:
+        typer.echo(json.dumps(summary.to_dict(), indent=2))
 
 
 def main() -> None:

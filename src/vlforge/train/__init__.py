@@ -1,5 +1,5 @@
-"""vlforge's training engine. This package holds its configuration layer: schema, LMMS Engine layouts,
-overrides and validation (``vlforge validate CONFIG``).
+"""vlforge's training engine: typed config (schema, LMMS Engine layouts, overrides, ``vlforge validate``)
+and the FSDP2 trainer (``vlforge.train.trainer.run``, ``vlforge train``, ``torchrun -m vlforge.train``).
 
 Example:
     >>> from vlforge.train import TrainConfig, load_config

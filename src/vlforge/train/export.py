@@ -1,0 +1,69 @@
+"""Export a training checkpoint as a Hugging Face directory that stock transformers loads.
+
+The source model (recorded in the checkpoint's ``trainer_state.json``) is loaded on CPU in fp32,
+the checkpoint's DCP model weights are read into it (resharded from any number of ranks), and
+``save_pretrained`` writes ``config.json`` + ``model.safetensors``; the tokenizer, chat template and
+processor files are copied from the source checkpoint. The directory is built next to ``out`` and
+renamed into place.
+
+Example (CPU, seconds):
+    >>> export_checkpoint("output/run/checkpoint-40", "output/run/final")  # doctest: +SKIP
+    or: ``vlforge export output/run/checkpoint-40 output/run/final``
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from vlforge.errors import ConfigError
+from vlforge.train.checkpoint import STATE_FILE, WEIGHTS_DIR, quiet_single_process, read_state
+
+logger = logging.getLogger(__name__)
+
+#: Files of the source checkpoint that are never copied (weights, or written by save_pretrained).
+_SKIP_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json", ".lock")
+_SKIP_NAMES = {"config.json", "generation_config.json", "vlforge_tiny.json"}
+
+
+def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | None = None) -> Path:
+    """Write the model of ``checkpoint`` as a Hugging Face directory ``out``; returns ``out``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    from vlforge.models import load
+
+    checkpoint, out = Path(checkpoint), Path(out)
+    if not (checkpoint / STATE_FILE).is_file():
+        raise ConfigError(f"{checkpoint} is not a vlforge checkpoint (no {STATE_FILE})")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"{out} exists and is not an empty directory; choose a new output directory")
+    state = read_state(checkpoint)
+    source = source or state.get("model_path") or state.get("model_source")
+    if not source:
+        raise ConfigError(f"{checkpoint / STATE_FILE} names no source model; pass the source explicitly")
+    loaded = load(source, dtype="float32", processor=False)
+    model = loaded.model
+    weights = get_model_state_dict(model)
+    with quiet_single_process():
+        dcp.load({"model": weights}, checkpoint_id=checkpoint / WEIGHTS_DIR, no_dist=True)  # rank 0 alone
+    set_model_state_dict(model, weights)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        written = {p.name for p in tmp.iterdir()}
+        for item in Path(loaded.path).iterdir():
+            if (item.is_file() and item.name not in written and item.name not in _SKIP_NAMES
+                    and not item.name.endswith(_SKIP_SUFFIXES)):
+                shutil.copy2(item, tmp / item.name)
+        if out.exists():
+            out.rmdir()
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    logger.info("exported %s -> %s", checkpoint, out)
+    return out

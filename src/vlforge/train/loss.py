@@ -1,0 +1,87 @@
+"""Token-sum loss of one micro-batch: logits only where a label exists, never across packed samples.
+
+The loss of an optimiser step is ``sum of token cross-entropies / label tokens of the whole step``
+(all accumulation micro-batches of all ranks), so each micro-batch contributes
+``token_loss_sum(model, batch) / global_label_count``. :func:`label_count` counts the tokens that
+are predicted (a label at position ``t + 1`` is predicted from position ``t``; the first token of a
+packed sample is never predicted from the previous sample).
+
+Packed rows (``cu_seqlens`` present) are run with ``use_cache=False`` and no ``attention_mask``:
+transformers 5.23 then reads row 0 of the ``(4, 1, L)`` position ids (restarting at 0 per sample)
+to build a block-diagonal causal mask, so attention never crosses samples (tested against separate
+forwards, loss and gradients).
+
+Example:
+    >>> import torch
+    >>> batch = {"labels": torch.tensor([[-100, 5, 6, -100]])}
+    >>> int(label_count(batch))
+    2
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+IGNORE_INDEX = -100
+
+#: Batch keys the model's forward takes; everything else (labels, cu_seqlens, sample_ids, ...) stays out.
+MODEL_KEYS = (
+    "input_ids", "attention_mask", "position_ids", "mm_token_type_ids", "pixel_values", "image_grid_thw",
+    "pixel_values_videos", "video_grid_thw", "second_per_grid_ts",
+)
+
+
+def target_mask(batch: dict[str, Any]) -> torch.Tensor:
+    """Boolean (B, L-1): position ``t`` predicts a label (``labels[:, t + 1]``) of the same sample."""
+    labels = batch["labels"]
+    mask = labels[:, 1:] != IGNORE_INDEX
+    cu = batch.get("cu_seqlens")
+    if cu is not None:  # a sample's first token is never a target of the previous sample's last one
+        starts = cu[1:-1].long()
+        starts = starts[(starts > 0) & (starts < labels.shape[1])]
+        mask[:, starts - 1] = False
+    return mask
+
+
+def label_count(batch: dict[str, Any]) -> torch.Tensor:
+    """Number of predicted label tokens of ``batch`` (int64 tensor on the batch's device)."""
+    return target_mask(batch).sum()
+
+
+def model_inputs(batch: dict[str, Any], device: torch.device | str, float_dtype: torch.dtype | None = None) -> dict:
+    """The forward's keyword arguments from a collated batch, moved to ``device``."""
+    inputs: dict[str, Any] = {}
+    for key in MODEL_KEYS:
+        value = batch.get(key)
+        if value is None:
+            continue
+        if isinstance(value, torch.Tensor):
+            value = value.to(device, non_blocking=True)
+            if float_dtype is not None and value.is_floating_point() and key.startswith("pixel_values"):
+                value = value.to(float_dtype)
+        inputs[key] = value
+    return inputs
+
+
+def token_loss_sum(model: torch.nn.Module, batch: dict[str, Any], device: torch.device | str,
+                   float_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Sum (fp32) of the cross-entropy of every predicted label token of ``batch``.
+
+    Only the hidden states at predicting positions go through ``lm_head`` (``logits_to_keep`` as a
+    boolean mask), so the (tokens x vocabulary) logits of unlabelled positions are never built.
+    """
+    mask = target_mask(batch)
+    full = torch.zeros_like(batch["labels"], dtype=torch.bool)
+    full[:, :-1] = mask
+    targets = batch["labels"][:, 1:][mask].to(device)
+    inputs = model_inputs(batch, device, float_dtype)
+    if "cu_seqlens" in batch:
+        if batch["input_ids"].shape[0] != 1:
+            raise ValueError("a packed batch must be one row")
+        inputs.pop("attention_mask", None)
+    out = model(**inputs, use_cache=False, logits_to_keep=full.to(device))
+    logits = out.logits.reshape(-1, out.logits.shape[-1])
+    return F.cross_entropy(logits.float(), targets, reduction="sum")

@@ -1,0 +1,195 @@
+"""The model of a training run: load, patch, guard, freeze, checkpointing, LoRA and FSDP2 sharding.
+
+Master weights are fp32 unless ``fsdp.mixed_precision: pure_bf16``. With several processes and
+``fsdp.fsdp2`` every layer class (``transformer_layer_cls_to_wrap``, else the model's
+``_no_split_modules``) becomes its own ``fully_shard`` unit and the root holds the rest; with bf16
+the policy computes in bf16 and reduces gradients in fp32 (``fp32_master``) or bf16 (``pure_bf16``).
+In one process there is no sharding; bf16 compute then runs under ``torch.autocast``.
+
+Example:
+    >>> from vlforge.train.model_setup import freeze
+    >>> import torch
+    >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    >>> freeze(net, ["0"])  # weight 2x2 + bias 2
+    6
+    >>> freeze(net, ["2"])
+    Traceback (most recent call last):
+    ...
+    vlforge.errors.ConfigError: model.freeze_modules: '2' matches no module of Sequential (top-level modules: 0, 1)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from vlforge.errors import ConfigError
+from vlforge.train.dist import DistContext
+from vlforge.train.schema import TrainConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainModel:
+    """The prepared model and what the loop needs to know about it."""
+
+    model: torch.nn.Module
+    loaded: Any
+    """The :class:`~vlforge.models.LoadedModel` (processor, tokenizer, path, family)."""
+    sharded: bool
+    compute_dtype: torch.dtype
+    autocast: bool
+    """bf16 compute under ``torch.autocast`` (one process, fp32 master weights)."""
+
+    def autocast_context(self, device: torch.device):
+        if self.autocast:
+            return torch.autocast(device.type, dtype=self.compute_dtype)
+        return contextlib.nullcontext()
+
+
+def freeze(model: torch.nn.Module, paths: list[str]) -> int:
+    """Set ``requires_grad=False`` under each dotted module path; returns the parameters frozen."""
+    modules = dict(model.named_modules())
+    frozen = 0
+    for path in paths:
+        module = modules.get(path)
+        if module is None:
+            tops = ", ".join(name for name, _ in model.named_children())
+            raise ConfigError(
+                f"model.freeze_modules: {path!r} matches no module of {type(model).__name__} "
+                f"(top-level modules: {tops})"
+            )
+        for param in module.parameters():
+            if param.requires_grad:
+                param.requires_grad_(False)
+                frozen += param.numel()
+    return frozen
+
+
+def layer_classes(model: torch.nn.Module, names: list[str] | None) -> set[type]:
+    """Module classes to shard as units: ``names`` or the model's ``_no_split_modules``."""
+    wanted = list(names) if names else list(getattr(model, "_no_split_modules", None) or [])
+    if not wanted:
+        raise ConfigError(
+            f"fsdp.transformer_layer_cls_to_wrap: {type(model).__name__} names no _no_split_modules; "
+            "list its layer classes"
+        )
+    found = {type(m).__name__: type(m) for m in model.modules()}
+    missing = [name for name in wanted if name not in found]
+    if names and missing:
+        raise ConfigError(
+            f"fsdp.transformer_layer_cls_to_wrap: no module of class {', '.join(map(repr, missing))} in "
+            f"{type(model).__name__}"
+        )
+    return {found[name] for name in wanted if name in found}
+
+
+def _apply_lora(model: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
+    lora = cfg.model.lora
+    if importlib.util.find_spec("peft") is None:
+        raise ConfigError("model.lora needs peft, which is not installed here: pip install peft (or remove model.lora)")
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=lora.target_modules,
+                        lora_dropout=lora.dropout)
+    return get_peft_model(model, config)
+
+
+def check_supported(cfg: TrainConfig) -> None:
+    """Refuse settings this trainer cannot honour (one line each)."""
+    if cfg.training.fp16:
+        raise ConfigError("training.fp16: float16 training (loss scaling) is not available in vlforge's trainer; "
+                          "use training.bf16: true")
+    if cfg.model.lora is not None and importlib.util.find_spec("peft") is None:
+        raise ConfigError("model.lora needs peft, which is not installed here: pip install peft (or remove model.lora)")
+
+
+def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
+    """Load and prepare the model of ``cfg`` on this process's device (see the module docstring)."""
+    import vlforge
+    from vlforge.doctor import guard
+    from vlforge.models import load
+
+    check_supported(cfg)
+    bf16 = cfg.training.bf16
+    pure = bf16 and cfg.fsdp.mixed_precision == "pure_bf16"
+    master = torch.bfloat16 if pure else torch.float32
+    loaded = load(cfg.model.load_from_pretrained_path, dtype=master, device="cpu",
+                  attn_implementation=cfg.resolved_attn_implementation())
+    model = loaded.model
+    if cfg.model.patch:
+        report = vlforge.patch(model, precision=cfg.model.patch_precision)
+        logger.info("patch: %s", report.summary())
+    guard(model, "bfloat16" if bf16 else "float32", precision=cfg.model.patch_precision)
+    if cfg.model.freeze_modules:
+        count = freeze(model, cfg.model.freeze_modules)
+        logger.info("froze %d parameters under %s", count, ", ".join(cfg.model.freeze_modules))
+    if cfg.model.gradient_checkpointing:
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if cfg.model.lora is not None:
+        model = _apply_lora(model, cfg)
+    model.train()
+    sharded = ctx.distributed and cfg.fsdp.fsdp2
+    if sharded:
+        shard_model(model, cfg, ctx)
+    else:
+        model.to(ctx.device)
+    compute = torch.bfloat16 if bf16 else torch.float32
+    return TrainModel(model, loaded, sharded, compute, autocast=bf16 and not pure and not sharded)
+
+
+#: Attribute names of the vision tower in the supported families.
+VISION_TOWERS = ("visual", "vision_tower", "vision_model")
+
+
+def _in_vision_tower(name: str) -> bool:
+    return any(part in VISION_TOWERS for part in name.split("."))
+
+
+def fill_missing_grads(model: torch.nn.Module) -> None:
+    """Zero gradients for trainable parameters this step did not reach (as FSDP2's unused-param reduction does)."""
+    for param in model.parameters():
+        if param.requires_grad and param.grad is None:
+            param.grad = torch.zeros_like(param)
+
+
+def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext) -> None:
+    """``fully_shard`` each layer-class module, then the root (in place)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
+    policy = MixedPrecisionPolicy()
+    if cfg.training.bf16:
+        reduce = torch.bfloat16 if cfg.fsdp.mixed_precision == "pure_bf16" else torch.float32
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
+    classes = tuple(layer_classes(model, cfg.fsdp.transformer_layer_cls_to_wrap))
+    units, in_tower = [], 0
+    for name, module in model.named_modules():
+        if isinstance(module, classes):
+            if _in_vision_tower(name):
+                in_tower += 1
+            else:
+                units.append(module)
+    if in_tower:
+        logger.info("FSDP2: the %d vision-tower layers stay in the root unit (the tower runs 0, 1 or 2 times per "
+                    "forward depending on the batch, which per-layer units cannot follow across ranks)", in_tower)
+    for module in units:
+        fully_shard(module, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward, mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward, mp_policy=policy)
+    # A rank whose batch has no image leaves the tower's gradients None: reduce zeros so all ranks match.
+    model.set_reduce_scatter_unused_params(True)
+    if ctx.device.type != "cpu":
+        model.to(ctx.device)
+    logger.info("FSDP2: %d units of %s + root over %d ranks", len(units),
+                ", ".join(sorted({type(m).__name__ for m in units})), ctx.world_size)

@@ -1,0 +1,306 @@
+"""The training loop: one process or torchrun's N, FSDP2, token-mean loss, DCP checkpoints, HF export.
+
+One optimiser step takes ``gradient_accumulation_steps`` micro-batches per rank (for packed data,
+``per_device_train_batch_size`` packed rows per micro-batch). Their predicted label tokens are
+counted first and summed over ranks, and each micro-batch backpropagates
+``sum of its token losses / that global count``: the step's gradient is the gradient of the mean
+loss over every label token of the global batch, whatever the split into ranks and micro-batches.
+Loss, token counts and gradient norms stay on the device between ``logging_steps``.
+
+Example (CPU, about a minute):
+    >>> from vlforge.train.trainer import run
+    >>> result = run("examples/qwen3_vl_tiny.yaml", ["training.max_steps=10"])  # doctest: +SKIP
+    >>> result.losses[0] > result.losses[-1]  # doctest: +SKIP
+    True
+    or: ``vlforge train examples/qwen3_vl_tiny.yaml training.max_steps=10``
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vlforge.errors import ConfigError
+from vlforge.train import checkpoint as ckpt
+from vlforge.train.config import load_config
+from vlforge.train.data_setup import RankData, data_config, open_stream, processor_for
+from vlforge.train.dist import DistContext, init_distributed
+from vlforge.train.loss import label_count, token_loss_sum
+from vlforge.train.metrics import MetricsLogger
+from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
+from vlforge.train.optim import build_optimizer, build_scheduler
+from vlforge.train.schema import TrainConfig
+
+logger = logging.getLogger(__name__)
+
+FINAL_DIR = "final"
+
+
+@dataclass
+class RunResult:
+    """What a finished run produced (on every rank; files are written by rank 0)."""
+
+    output_dir: Path
+    steps: int
+    losses: list[float] = field(default_factory=list)
+    """Logged mean loss of every logging interval."""
+    eval_losses: list[float] = field(default_factory=list)
+    checkpoint: Path | None = None
+    export_dir: Path | None = None
+    resumed_from: Path | None = None
+    data_report: dict[str, Any] = field(default_factory=dict)
+    model: torch.nn.Module | None = None
+    """The trained model (sharded with FSDP when distributed)."""
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def micro_batches(cfg: TrainConfig) -> int:
+    """Batches drawn from the stream per optimiser step and rank."""
+    per_micro = cfg.training.per_device_train_batch_size if cfg.packing.packing else 1
+    return cfg.training.gradient_accumulation_steps * per_micro
+
+
+def count_steps(cfg: TrainConfig, data_cfg: Any, processor: Any, ctx: DistContext, base_dir: str) -> int:
+    """Optimiser steps of ``num_train_epochs`` (one counting pass over this rank's shard; min over ranks)."""
+    one_epoch = data_cfg.model_copy(update={"epochs": 1})
+    stream = open_stream(one_epoch, processor, rank=ctx.rank, world_size=ctx.world_size, base_dir=base_dir)
+    batches = sum(1 for _ in stream)
+    stream.close()
+    per_epoch = ctx.all_reduce_min(batches // micro_batches(cfg))
+    total = math.ceil(cfg.training.num_train_epochs * per_epoch)
+    if total < 1:
+        raise ConfigError(f"data: one epoch gives {batches} batch(es) on rank {ctx.rank}, fewer than the "
+                          f"{micro_batches(cfg)} one optimiser step needs; lower gradient_accumulation_steps")
+    logger.info("schedule: %d optimiser steps (%d per epoch)", total, per_epoch)
+    return total
+
+
+class Trainer:
+    """Runs one training config; see the module docstring. Use :func:`run`."""
+
+    def __init__(self, cfg: TrainConfig, *, progress: bool = True, export: bool = True, base_dir: str = ".",
+                 ctx: DistContext | None = None) -> None:
+        self.cfg, self.progress, self.export, self.base_dir = cfg, progress, export, base_dir
+        self.ctx = ctx or init_distributed()
+        self.output_dir = Path(cfg.checkpointing.output_dir)
+
+    # -- set-up -----------------------------------------------------------------------------------
+    def setup(self) -> None:
+        cfg, ctx = self.cfg, self.ctx
+        seed_everything(cfg.training.seed)
+        self.tm: TrainModel = prepare_model(cfg, ctx)
+        self.model = self.tm.model
+        self.data_cfg = data_config(cfg)
+        self.processor = processor_for(cfg, self.tm.loaded, self.data_cfg)
+        if cfg.data.shuffle and ctx.is_main:
+            logger.info("data: records are drawn from the mixture with seed %d (no shuffle buffer)", cfg.training.seed)
+        self.total = cfg.training.max_steps or count_steps(cfg, self.data_cfg, self.processor, ctx, self.base_dir)
+        self.optimizer = build_optimizer(self.model.parameters(), cfg.training, ctx.device)
+        self.scheduler = build_scheduler(self.optimizer, cfg.training, self.total)
+        self.stream = RankData(self.data_cfg, self.processor, rank=ctx.rank, world_size=ctx.world_size,
+                               workers=cfg.dataloader_num_workers, base_dir=self.base_dir)
+        self.step = 0
+        self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir)
+        if self.resumed_from is not None:
+            state, data_states = ckpt.load_checkpoint(self.resumed_from, ctx, self.model, self.optimizer,
+                                                      self.scheduler)
+            self.step = int(state["step"])
+            self.stream.load_state_dict(data_states)
+
+    # -- one step ---------------------------------------------------------------------------------
+    def _draw(self) -> list[dict[str, Any]] | None:
+        wanted = micro_batches(self.cfg)
+        batches = []
+        for batch in self.stream:
+            batches.append(batch)
+            if len(batches) == wanted:
+                return batches
+        return None
+
+    def _forward_sum(self, batch: dict[str, Any]) -> torch.Tensor:
+        float_dtype = torch.bfloat16 if self.cfg.training.bf16 else None
+        with self.tm.autocast_context(self.ctx.device):
+            return token_loss_sum(self.model, batch, self.ctx.device, float_dtype)
+
+    def accumulate(self, batches: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward of one step's micro-batches: gradients of the global token-mean loss.
+
+        Returns (global label tokens, this rank's loss sum) as device tensors; no optimiser step.
+        """
+        ctx = self.ctx
+        count = torch.stack([label_count(b) for b in batches]).sum().to(ctx.device, torch.float32)
+        count = ctx.all_reduce_sum(count)
+        # FSDP averages gradients over ranks; the loss already divides by the global count.
+        scale = ctx.world_size if self.tm.sharded else 1
+        denominator = count.clamp(min=1.0)
+        loss_sum = torch.zeros((), device=ctx.device)
+        for index, batch in enumerate(batches):
+            if self.tm.sharded:  # reduce-scatter once per step, after the last micro-batch
+                self.model.set_requires_gradient_sync(index == len(batches) - 1)
+            part = self._forward_sum(batch)
+            (part * scale / denominator).backward()
+            loss_sum += part.detach()
+        if not self.tm.sharded:
+            fill_missing_grads(self.model)
+            if ctx.distributed:
+                self._all_reduce_grads()
+        return count, loss_sum
+
+    def train_step(self, batches: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One optimiser step; returns (global label tokens, local loss sum, grad norm) as device tensors."""
+        count, loss_sum = self.accumulate(batches)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.cfg.training.max_grad_norm or float("inf")
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
+        if hasattr(norm, "full_tensor"):
+            norm = norm.full_tensor()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return count, loss_sum, norm.detach().float()
+
+    def _all_reduce_grads(self) -> None:
+        import torch.distributed as dist
+
+        for param in self.model.parameters():
+            if param.grad is not None:
+                dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+
+    # -- eval -------------------------------------------------------------------------------------
+    def evaluate(self) -> float:
+        """Mean token loss over the eval set (all ranks; every rank runs the same number of forwards)."""
+        ctx = self.ctx
+        eval_cfg = data_config(self.cfg, eval_set=True).model_copy(update={"packing": self.data_cfg.packing})
+        stream = open_stream(eval_cfg, self.processor, rank=ctx.rank, world_size=ctx.world_size,
+                             base_dir=self.base_dir)
+        batches = list(stream)
+        stream.close()
+        rounds = len(batches)
+        if ctx.distributed:
+            rounds = -ctx.all_reduce_min(-rounds)  # max over ranks: FSDP needs matching forwards
+        totals = torch.zeros(2, device=ctx.device)
+        self.model.eval()
+        with torch.no_grad():
+            for i in range(rounds):
+                real = i < len(batches)
+                batch = batches[i] if real else batches[0] if batches else None
+                if batch is None:
+                    raise ConfigError("data.eval_dataset_path: this rank's share of the eval set is empty")
+                part = self._forward_sum(batch)
+                if real:
+                    totals += torch.stack([part.float(), label_count(batch).to(ctx.device).float()])
+        self.model.train()
+        ctx.all_reduce_sum(totals)
+        return float(totals[0] / totals[1].clamp(min=1))
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _meta(self) -> dict[str, Any]:
+        loaded = self.tm.loaded
+        return {"model_source": loaded.source, "model_path": str(loaded.path), "family": loaded.family,
+                "config": self.cfg.model_dump(mode="json")}
+
+    def _save(self) -> Path:
+        return ckpt.save_checkpoint(self.output_dir, self.step, self.ctx, self.model, self.optimizer,
+                                    self.scheduler, self.stream.state_dict(), self._meta(),
+                                    keep=self.cfg.checkpointing.save_total_limit)
+
+    def train(self) -> RunResult:
+        cfg, ctx = self.cfg, self.ctx
+        if not hasattr(self, "stream"):
+            self.setup()
+        result = RunResult(self.output_dir, self.step, resumed_from=self.resumed_from)
+        log_every, save_every = cfg.logging.logging_steps, cfg.checkpointing.save_steps
+        eval_every = cfg.training.eval_steps if cfg.training.eval_strategy == "steps" else None
+        acc = torch.zeros(3, device=ctx.device)  # loss sum, label tokens, grad-norm sum (since the last log)
+        tokens, steps_since, since = 0, 0, time.perf_counter()
+        last_saved = None
+        with MetricsLogger(self.output_dir, main=ctx.is_main, report_to=cfg.logging.report_to,
+                           run_name=cfg.logging.run_name or self.output_dir.name, total_steps=self.total,
+                           progress=self.progress, start_step=self.step) as log:
+            while self.step < self.total:
+                batches = self._draw()
+                if batches is None:
+                    logger.warning("data ran out after %d optimiser steps (of %d)", self.step, self.total)
+                    break
+                lr = self.scheduler.get_last_lr()[0]
+                count, loss_sum, norm = self.train_step(batches)
+                self.step += 1
+                acc += torch.stack([loss_sum, count / ctx.world_size, norm])
+                tokens += sum(_tokens(b) for b in batches)
+                steps_since += 1
+                log.advance(self.step)
+                if self.step % log_every == 0 or self.step == self.total:
+                    record = self._record(acc, tokens, steps_since, time.perf_counter() - since, lr)
+                    result.losses.append(record["loss"])
+                    log.log(record)
+                    acc.zero_()
+                    tokens, steps_since, since = 0, 0, time.perf_counter()
+                if eval_every and self.step % eval_every == 0:
+                    value = self.evaluate()
+                    result.eval_losses.append(value)
+                    log.log({"step": self.step, "eval_loss": value})
+                if self.step % save_every == 0 or self.step == self.total:
+                    last_saved = self._save()
+        if last_saved is None and self.resumed_from is not None and result.steps == self.step:
+            last_saved = self.resumed_from  # nothing left to train: the checkpoint is the result
+        if last_saved is None or ckpt.read_state(last_saved)["step"] != self.step:
+            last_saved = self._save() if self.step > 0 else None
+        result.steps, result.checkpoint, result.model = self.step, last_saved, self.model
+        result.data_report = self.stream.report()
+        self.stream.close()
+        if self.export and last_saved is not None:
+            if ctx.is_main:
+                from vlforge.train.export import export_checkpoint
+
+                target = self.output_dir / FINAL_DIR
+                if target.exists():
+                    import shutil
+
+                    shutil.rmtree(target)
+                export_checkpoint(last_saved, target)
+            ctx.barrier()
+            result.export_dir = self.output_dir / FINAL_DIR
+        return result
+
+    def _record(self, acc: torch.Tensor, tokens: int, steps: int, seconds: float, lr: float) -> dict[str, Any]:
+        """The metrics of the last interval: the one host sync (and all-reduce) per ``logging_steps``."""
+        ctx = self.ctx
+        global_acc = acc.clone()
+        global_acc[0:2] = ctx.all_reduce_sum(global_acc[0:2].contiguous())
+        tok = ctx.all_reduce_sum(torch.tensor([float(tokens)], device=ctx.device))
+        loss_sum, count, norm_sum = global_acc.tolist()
+        return {"step": self.step, "loss": loss_sum / max(count, 1.0), "lr": lr, "grad_norm": norm_sum / steps,
+                "label_tokens": int(count), "tokens_per_s": float(tok.item()) / max(seconds, 1e-9),
+                "epoch_progress": round(self.step / self.total, 4)}
+
+
+def _tokens(batch: dict[str, Any]) -> int:
+    if "cu_seqlens" in batch:
+        return int(batch["input_ids"].shape[1])
+    return int(batch["attention_mask"].sum())
+
+
+def run(config: TrainConfig | str | Path, overrides: Iterable[str] = (), *, progress: bool = True,
+        export: bool = True, base_dir: str = ".") -> RunResult:
+    """Train with ``config`` (a path or a :class:`TrainConfig`) and ``key=value`` overrides."""
+    cfg = config if isinstance(config, TrainConfig) else load_config(config, list(overrides))
+    if isinstance(config, TrainConfig) and list(overrides):
+        raise ConfigError("overrides need a config path; apply them with load_config() first")
+    trainer = Trainer(cfg, progress=progress, export=export, base_dir=base_dir)
+    try:
+        return trainer.train()
+    finally:
+        trainer.ctx.close()
+

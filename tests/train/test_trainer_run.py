@@ -1,0 +1,164 @@
+"""End-to-end single-process training on the tiny Qwen3-VL: metrics, eval, freezing, checkpoints, export, CLI."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import torch
+from trainkit import DATASET, exported_weights, tiny_config, write_config
+from typer.testing import CliRunner
+
+from vlforge.cli import app
+from vlforge.train.loss import model_inputs
+from vlforge.train.schema import TrainConfig
+from vlforge.train.trainer import Trainer, run
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def model_path(tiny_checkpoint):
+    return tiny_checkpoint("qwen3_vl")
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, model_path):
+    """Two steps with warm-up, eval, a frozen vision tower, a checkpoint per step (keep 1), no patching."""
+    root = tmp_path_factory.mktemp("run")
+    cfg = tiny_config(
+        root / "out", model_path,
+        data={"eval_dataset_path": str(DATASET)},
+        model={"freeze_modules": ["model.visual"], "patch": False},
+        training={"max_steps": 3, "warmup_steps": 2, "lr_scheduler_type": "linear", "eval_strategy": "steps",
+                  "eval_steps": 3, "gradient_accumulation_steps": 2},
+        checkpointing={"save_steps": 1, "save_total_limit": 1},
+    )
+    config = TrainConfig.model_validate(cfg)
+    return run(config, progress=False), root / "out"
+
+
+def test_metrics_schedule_and_eval(finished):
+    result, out = finished
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if "loss" in r]
+    assert [r["step"] for r in train] == [1, 2, 3]
+    assert [r["lr"] for r in train] == pytest.approx([0.0, 5e-4, 1e-3])  # linear warm-up over 2 steps
+    assert all(r["grad_norm"] > 0 and r["tokens_per_s"] > 0 and r["label_tokens"] > 0 for r in train)
+    assert train[0]["loss"] == pytest.approx(result.losses[0]) and train[2]["loss"] < train[0]["loss"]
+    evals = [r for r in records if "eval_loss" in r]
+    assert len(evals) == 1 and evals[0]["step"] == 3 and 0 < evals[0]["eval_loss"] < train[0]["loss"]
+    assert result.eval_losses == [evals[0]["eval_loss"]]
+
+
+def test_checkpoints_pruned_and_atomic(finished):
+    _, out = finished
+    names = sorted(p.name for p in out.iterdir())
+    assert "checkpoint-3" in names and "checkpoint-1" not in names and "checkpoint-2" not in names
+    assert not [n for n in names if n.startswith(".tmp")]
+    state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
+    assert state["step"] == 3 and state["world_size"] == 1 and state["family"] == "qwen3_vl"
+
+
+def test_frozen_tower_unchanged_and_export_loads_in_stock_transformers(finished, model_path):
+    from transformers import AutoModelForImageTextToText
+
+    result, out = finished
+    final = out / "final"
+    trained, start = exported_weights(final), exported_weights(model_path)
+    visual = [k for k in trained if k.startswith("model.visual.")]
+    assert visual and all(torch.equal(trained[k], start[k]) for k in visual)
+    assert any(not torch.equal(trained[k], start[k]) for k in trained if k not in visual)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "processor_config.json"):
+        assert (final / name).is_file(), name
+
+    stock = AutoModelForImageTextToText.from_pretrained(final, dtype=torch.float32).eval()
+    trainer_model = result.model.eval()
+    cfg = TrainConfig.model_validate(tiny_config(out.parent / "probe", model_path))
+    probe = Trainer(cfg, progress=False, export=False)
+    probe.setup()
+    batch = next(probe.stream)
+    assert "pixel_values" in batch
+    with torch.no_grad():
+        ours = trainer_model(**model_inputs(batch, "cpu"), use_cache=False).logits
+        theirs = stock(**model_inputs(batch, "cpu"), use_cache=False).logits
+    assert torch.equal(ours, theirs)
+
+
+def test_cli_train_json_and_export(tmp_path, model_path):
+    config = write_config(tmp_path / "run.yaml", tiny_config(tmp_path / "out", model_path))
+    # 10 records, 1 per step: num_train_epochs 0.1 is one step (counted by a pass over the data)
+    done = runner.invoke(app, ["train", str(config), "training.max_steps=null", "training.num_train_epochs=0.1",
+                               "--json"])
+    assert done.exit_code == 0, done.output
+    summary = json.loads(done.stdout)
+    assert summary["steps"] == 1 and len(summary["losses"]) == 1 and summary["export_dir"].endswith("final")
+
+    exported = runner.invoke(app, ["export", summary["checkpoint"], str(tmp_path / "hf")])
+    assert exported.exit_code == 0, exported.output
+    a, b = exported_weights(tmp_path / "hf"), exported_weights(tmp_path / "out" / "final")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+    again = runner.invoke(app, ["export", summary["checkpoint"], str(tmp_path / "hf")])
+    assert again.exit_code != 0 and "exists and is not an empty directory" in str(again.exception)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.freeze_modules=[model.vision]", "model.freeze_modules: 'model.vision' matches no module"),
+        ("model.lora={r: 4}", "model.lora needs peft"),
+        ("training.fp16=true", "training.fp16: float16 training"),
+    ],
+)
+def test_cli_train_bad_settings_one_line(tmp_path, model_path, override, message):
+    if "lora" in override and importlib.util.find_spec("peft") is not None:
+        pytest.skip("peft is installed")
+    config = write_config(tmp_path / "run.yaml", tiny_config(tmp_path / "out", model_path))
+    done = runner.invoke(app, ["train", str(config), override])
+    assert done.exit_code != 0
+    assert isinstance(done.exception, Exception) and message in str(done.exception)
+    assert "\n" not in str(done.exception)
+
+
+def test_dataloader_workers_resume_exactly_and_onto_other_shards(tmp_path, model_path):
+    from vlforge.train.data_setup import RankData
+
+    cfg = tiny_config(tmp_path / "out", model_path, packing={"packing": True, "packing_length": 160})
+    cfg["dataloader_num_workers"] = 2
+    trainer = Trainer(TrainConfig.model_validate(cfg), progress=False, export=False)
+    trainer.setup()
+    assert trainer.stream.loader is not None and trainer.stream.loader.num_workers == 2
+    [next(trainer.stream) for _ in range(3)]
+    saved = trainer.stream.state_dict()
+    following = [next(trainer.stream)["sample_ids"] for _ in range(3)]
+    trainer.stream.close()
+
+    same = RankData(trainer.data_cfg, trainer.processor, rank=0, world_size=1, workers=2)
+    same.load_state_dict([saved])
+    assert [next(same)["sample_ids"] for _ in range(3)] == following
+    same.close()
+
+    unpacked = trainer.data_cfg.model_copy(update={"packing": False, "batch_size": 1})
+    two_workers = RankData(unpacked, trainer.processor, rank=0, world_size=1, workers=2)
+    seen = [tuple(next(two_workers)["sample_ids"][0]) for _ in range(3)]  # DataLoader makes tuples lists
+    state = two_workers.state_dict()
+    two_workers.close()
+    one_stream = RankData(unpacked, trainer.processor, rank=0, world_size=1, workers=0)
+    one_stream.load_state_dict([state])  # 2 worker shards -> 1 shard: continue, nothing repeated or lost
+    seen += [tuple(next(one_stream)["sample_ids"][0]) for _ in range(7)]
+    assert sorted(seen) == sorted({(0, f"line {i}") for i in range(1, 11)})
+
+
+def test_shipped_example_config_trains_with_falling_loss(tmp_path, monkeypatch):
+    from trainkit import REPO
+
+    monkeypatch.chdir(REPO)  # the example's paths are relative to the repository root
+    result = run(REPO / "examples" / "qwen3_vl_tiny.yaml",
+                 ["training.max_steps=6", "logging.logging_steps=3", "training.warmup_steps=1",
+                  f"checkpointing.output_dir={tmp_path / 'out'}", "checkpointing.resume=none"],
+                 progress=False, export=False)
+    assert result.steps == 6 and len(result.losses) == 2
+    assert result.losses[1] < result.losses[0] - 0.3
+    assert result.data_report["skipped_total"] == 0 and result.data_report["packing"]["fill"] > 0.9

@@ -1,0 +1,145 @@
+"""Units of the trainer: schedules, optimizer, config -> data pipeline mapping, freezing, FSDP unit choice, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from trainkit import DATASET
+
+from vlforge.errors import ConfigError
+from vlforge.train import checkpoint as ckpt
+from vlforge.train.data_setup import data_config
+from vlforge.train.model_setup import (
+    _in_vision_tower,
+    check_supported,
+    fill_missing_grads,
+    freeze,
+    layer_classes,
+)
+from vlforge.train.optim import build_optimizer, build_scheduler, lr_multiplier, warmup_steps
+from vlforge.train.schema import TrainConfig, TrainingConfig
+
+BASE = {"data": {"dataset_path": str(DATASET)}, "model": {"load_from_pretrained_path": "tiny:qwen3_vl"}}
+
+
+def _cfg(**sections) -> TrainConfig:
+    return TrainConfig.model_validate({**BASE, **sections})
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("linear", [0.0, 0.5, 1.0, 0.75, 0.5, 0.25, 0.0]),
+        ("cosine", [0.0, 0.5, 1.0, (1 + math.cos(math.pi / 4)) / 2, 0.5, (1 + math.cos(3 * math.pi / 4)) / 2, 0.0]),
+        ("constant", [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0]),
+        ("wsd", [0.0, 0.5, 1.0, 1.0, 2 / 3, 1 / 3, 0.0]),
+    ],
+)
+def test_schedules_with_warmup(kind, expected):
+    values = [lr_multiplier(step, kind, total=6, warmup=2, decay_ratio=0.5) for step in range(7)]
+    assert values == pytest.approx(expected)
+
+
+def test_warmup_ratio_rounds_up_and_scheduler_drives_the_optimizer():
+    training = TrainingConfig(learning_rate=0.1, warmup_ratio=0.25, lr_scheduler_type="linear")
+    assert warmup_steps(training, 10) == 3
+    param = torch.nn.Parameter(torch.zeros(3))
+    optimizer = build_optimizer([param, torch.nn.Parameter(torch.zeros(1), requires_grad=False)], training,
+                                torch.device("cpu"))
+    assert len(optimizer.param_groups[0]["params"]) == 1  # frozen parameters are not optimised
+    assert optimizer.defaults.get("fused") is True  # the CPU has the fused AdamW kernel in torch 2.13
+    scheduler = build_scheduler(optimizer, training, total=10)
+    lrs = []
+    for _ in range(10):
+        lrs.append(scheduler.get_last_lr()[0])
+        param.grad = torch.ones(3)
+        optimizer.step()
+        scheduler.step()
+    assert lrs[:4] == pytest.approx([0.0, 0.1 / 3, 0.2 / 3, 0.1])
+    assert lrs[-1] == pytest.approx(0.1 / 7)
+
+
+def test_data_config_maps_the_training_sections():
+    cfg = _cfg(packing={"packing": False, "packing_length": 512, "filter_overlong": True},
+               processor={"max_pixels": 4096}, video={"fps": 2.0, "video_max_frames": 4},
+               training={"seed": 7, "num_train_epochs": 2.5, "per_device_train_batch_size": 3},
+               data={"dataset_path": str(DATASET), "on_error": "skip"})
+    dc = data_config(cfg)
+    assert dc.max_length == 512 and dc.length_limit == 512  # the guide's filter limit without packing
+    assert (dc.epochs, dc.seed, dc.batch_size, dc.on_error) == (3, 7, 3, "skip")
+    assert (dc.max_pixels, dc.fps, dc.video_max_frames) == (4096, 2.0, 4)
+    single = data_config(_cfg(data={"dataset_path": "train.jsonl"}, training={"max_steps": 5}))
+    assert single.epochs is None and single.datasets[0].path == "train.jsonl"
+    with_eval = _cfg(data={"dataset_path": str(DATASET), "eval_dataset_path": "eval.jsonl"}, training={"max_steps": 5})
+    evaluation = data_config(with_eval, eval_set=True)
+    assert evaluation.epochs == 1 and evaluation.datasets[0].path == "eval.jsonl"
+
+
+def test_freeze_errors_name_the_path():
+    net = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    with pytest.raises(ConfigError, match=r"model.freeze_modules: 'visual' matches no module"):
+        freeze(net, ["visual"])
+
+
+def test_unsupported_settings_are_one_line_errors(monkeypatch):
+    import importlib.util
+
+    with pytest.raises(ConfigError, match=r"training\.fp16"):
+        check_supported(_cfg(training={"fp16": True}))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
+    with pytest.raises(ConfigError, match=r"model\.lora needs peft") as info:
+        check_supported(_cfg(model={"load_from_pretrained_path": "x", "lora": {"r": 4}}))
+    assert "\n" not in str(info.value)
+
+
+def test_layer_classes_and_vision_tower_rule():
+    class Block(torch.nn.Linear):
+        pass
+
+    net = torch.nn.Sequential(Block(2, 2))
+    net._no_split_modules = ["Block"]
+    assert layer_classes(net, None) == {Block}
+    with pytest.raises(ConfigError, match="no module of class 'Nope'"):
+        layer_classes(net, ["Nope"])
+    assert _in_vision_tower("model.visual.blocks.0") and not _in_vision_tower("model.language_model.layers.0")
+
+
+def test_missing_grads_filled_with_zeros_only_for_trainable():
+    used, unused, frozen = (torch.nn.Parameter(torch.ones(2)) for _ in range(3))
+    frozen.requires_grad_(False)
+    used.grad = torch.ones(2)
+    module = torch.nn.Module()
+    module.a, module.b, module.c = used, unused, frozen
+    fill_missing_grads(module)
+    assert torch.equal(unused.grad, torch.zeros(2)) and frozen.grad is None and torch.equal(used.grad, torch.ones(2))
+
+
+def test_resume_target(tmp_path):
+    assert ckpt.resume_target("none", tmp_path) is None
+    assert ckpt.resume_target("auto", tmp_path) is None
+    (tmp_path / ".tmp-checkpoint-9").mkdir()  # an interrupted save is never resumed from
+    done = tmp_path / "checkpoint-4"
+    done.mkdir()
+    (done / ckpt.STATE_FILE).write_text(json.dumps({"step": 4}))
+    assert ckpt.resume_target("auto", tmp_path) == done
+    with pytest.raises(ConfigError, match="is not a vlforge checkpoint"):
+        ckpt.resume_target(str(tmp_path / "checkpoint-9"), tmp_path)
+
+
+def test_remap_data_state_requeues_buffers_and_continues_after_the_furthest_draw():
+    def state(shard, draws, ready, bins):
+        return {"version": 1, "shard_id": shard, "num_shards": 2, "mixture": {"m": shard}, "draws": draws,
+                "finished": False, "buffer": {"bins": bins, "loads": [1] * len(bins)}, "ready": ready,
+                "ledger": {}, "stats": {}}
+
+    ref = lambda i: {"entry": 0, "index": i, "location": f"line {i + 1}", "record": {}}  # noqa: E731
+    old = [state(0, 9, [[ref(0)]], [[ref(2), ref(4)]]), state(1, 10, [], [[ref(1)], [ref(3)]])]
+    new = ckpt.remap_data_state(old, 0, 1)
+    assert new["shard_id"] == 0 and new["num_shards"] == 1 and new["draws"] == 10
+    assert new["mixture"] == {"m": 1}  # the furthest reader's position
+    assert sorted(r["index"] for group in new["ready"] for r in group) == [0, 1, 2, 3, 4]
+    assert new["buffer"] == {"bins": [], "loads": []}
