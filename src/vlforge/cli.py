@@ -77,7 +77,7 @@ def tiny(
 def demo(
     seconds: Annotated[float, typer.Option(help="Time budget for the speed measurement.")] = 20.0,
 ) -> None:
-    """Build a tiny Qwen3-VL, patch it and show the report, the equivalence and the speed ratio here."""
+    """Tiny Qwen3-VL through doctor, patch, profile, verify, speed, train and extract, measured here."""
     from vlforge import demo as demo_job
 
     demo_job.run(console=Console(), seconds=seconds)
