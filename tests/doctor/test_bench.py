@@ -122,7 +122,7 @@ def test_precision_auto_measures_once_per_key_and_caches(patch_model, clear_auto
             torch.testing.assert_close(patch_model(x), expected)
     assert len(_auto_logs(caplog)) == 1
     [(key, choice)] = auto._AUTO_CHOICES.items()
-    assert choice in ("gemm", "conv") and key[-1] == (24, 3, 2, 4, 4) and key[2] == torch.float32
+    assert choice in ("gemm", "conv") and key[-1] == (32, 4, 2, 4, 4) and key[2] == torch.float32
     with torch.inference_mode():
         patch_model(torch.randn(8, 96))  # a new shape: a new decision, under inference mode
     out = patch_model(x)  # gradients flow now: decided separately

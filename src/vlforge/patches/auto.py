@@ -1,7 +1,9 @@
-"""``precision="auto"``: per (device, dtype, conv shape, input shape) choice between stock conv and GEMM.
+"""``precision="auto"``: per (device, dtype, conv shape, input-size bucket) choice between stock conv and GEMM.
 
-The decision is made once per key, on the first call with that key, by timing both paths on the
-actual device (``vlforge.doctor.bench.choose_path``: CUDA events on GPU, ``perf_counter`` on CPU,
+The input's shape is bucketed (every dimension rounded up to a power of two), so a model fed images
+of many sizes measures once per bucket, not once per size: the patch count of a Qwen-VL input
+changes with every image. The decision is made once per key, on the first call with that key, by timing both paths on the
+actual device (``vlforge.patches.timing.choose_path``: CUDA events on GPU, ``perf_counter`` on CPU,
 fresh tensors of the input's shape, so it also works under ``no_grad``/``inference_mode`` and never
 touches the model's gradients). The choice is cached process-wide. It is never measured inside
 graph capture: under ``torch.compile`` tracing or CUDA graph capture the last choice for this conv
@@ -30,6 +32,11 @@ _AUTO_LAST: dict[tuple, str] = {}
 """The latest decision per key without the input shape: what graph capture reuses."""
 
 
+def shape_bucket(shape: tuple[int, ...] | torch.Size) -> tuple[int, ...]:
+    """Every dimension rounded up to a power of two: ``(6080, 3, 2, 16, 16) -> (8192, 4, 2, 16, 16)``."""
+    return tuple(1 << max(int(size) - 1, 0).bit_length() for size in shape)
+
+
 def auto_path(conv: nn.Module, x: torch.Tensor) -> str:
     """``"gemm"`` or ``"conv"`` for a ``precision="auto"`` module on this input (see the module doc)."""
     train = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in conv.parameters()))
@@ -40,10 +47,11 @@ def auto_path(conv: nn.Module, x: torch.Tensor) -> str:
            conv.out_channels, conv.bias is not None, train)
     if torch.compiler.is_compiling() or (x.is_cuda and torch.cuda.is_current_stream_capturing()):
         return _AUTO_LAST.get(sig, "gemm")
-    key = (*sig, tuple(x.shape))
+    key = (*sig, shape_bucket(x.shape))
     choice = _AUTO_CHOICES.get(key)
     if choice is None:
-        from vlforge.doctor.bench import choose_path  # lazy: patches/ must not import doctor/ at import time
+        # Imported here: timing imports patch_embed, which imports this module.
+        from vlforge.patches.timing import choose_path
 
         try:
             choice = choose_path(conv, x, train=train, dtype=dtype)
