@@ -75,3 +75,22 @@ def test_diff_cosine_pooling_and_generation_divergence():
     assert first_divergence(gen, other) == 2
     assert first_divergence(gen, gen[:, :2]) == 2
     assert math.isclose(cosine(a, 2 * a), 1.0)
+
+
+def test_a_nan_in_a_later_layer_or_sample_fails_its_check() -> None:
+    import math
+
+    from vlforge.verify.report import EndToEnd, LayerResult, TowerResult
+    from vlforge.verify.runner import VerifyOptions, _threshold_checks
+
+    fields = set(LayerResult.model_fields)
+    base = {name: 0.0 for name in fields if name not in ("name", "fp32_max_abs_diff", "bf16_cosine")}
+    layers = [LayerResult.model_construct(name="a", fp32_max_abs_diff=1e-7, bf16_cosine=0.99999, **base),
+              LayerResult.model_construct(name="b", fp32_max_abs_diff=math.nan, bf16_cosine=math.nan, **base)]
+    tower = TowerResult.model_construct(module="visual", min_pooled_cosine=math.nan)
+    e2e = EndToEnd.model_construct(kl_mean=0.0, top1=1.0, generated_tokens=0, generation_identical=True)
+    checks = _threshold_checks(VerifyOptions(model="m"), layers, tower, e2e)
+    failed = {check.name: check.where for check in checks if not check.passed}
+    assert failed.get("patch_layer.fp32_max_abs_diff") == "b"
+    assert failed.get("patch_layer.bf16_cosine") == "b"
+    assert "vision_tower.pooled_cosine" in failed

@@ -38,6 +38,7 @@ from vlforge.extract.shards import (
     shard_name,
     write_shard,
 )
+from vlforge.models.load import resolve_device
 
 logger = logging.getLogger(__name__)
 
@@ -105,11 +106,10 @@ class _Dist:
 
 
 def _device(spec: str) -> torch.device:
-    if spec == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-        return torch.device("cpu")
-    return torch.device(spec)
+    """``auto`` -> this rank's GPU (``LOCAL_RANK``) when CUDA is there; otherwise checked by ``resolve_device``."""
+    if spec == "auto" and torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return resolve_device(spec)
 
 
 def _header(opts: ExtractOptions, loaded: Any, processor: Any, cfg: Any, entries: list[Any], total: int,

@@ -14,6 +14,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from vlforge.cli_args import build_options
 from vlforge.errors import ConfigError
 
 
@@ -76,8 +77,8 @@ def audit_command(*, model: Path | None, tokenizer: Path | None, tags: list[str]
     unknown = sorted(set(th) - set(THRESHOLDS))
     if unknown:
         raise ConfigError(f"--threshold {unknown[0]}: unknown; known: {', '.join(THRESHOLDS)}")
-    opts = AuditOptions(
-        model=resolve_model(model), tokenizer=tokenizer, tags=split_list(tags), template=template, model_template=model_template,
+    opts = build_options(
+        AuditOptions, model=resolve_model(model), tokenizer=tokenizer, tags=split_list(tags), template=template, model_template=model_template,
         template_vars=key_values(template_vars, "--template-var"), reward_regex=reward_regex, format=fmt,
         reference_ids=int_list(reference_ids, "--reference-ids"), thresholds=th, verify=verify,
         verify_dtype=verify_dtype,
@@ -103,9 +104,9 @@ def fix_command(*, model: Path, out: Path, strategy: str, ids: list[str] | None,
     from vlforge.tokens.fix import FixOptions, fix_checkpoint
     from vlforge.tokens.render import print_fix
 
-    report = fix_checkpoint(FixOptions(model=resolve_model(model), out=out, strategy=strategy, ids=int_list(ids, "--ids"),
-                                       tags=split_list(tags), seed=seed, noise=noise,
-                                       trainable_rows=trainable_rows))
+    report = fix_checkpoint(build_options(
+        FixOptions, model=resolve_model(model), out=out, strategy=strategy, ids=int_list(ids, "--ids"),
+        tags=split_list(tags), seed=seed, noise=noise, trainable_rows=trainable_rows))
     if json_output:
         typer.echo(report.model_dump_json(indent=1))
     else:

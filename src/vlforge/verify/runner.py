@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from typing import Any, ClassVar
 
 import torch
@@ -194,11 +195,12 @@ def first_divergence(a: torch.Tensor, b: torch.Tensor) -> int | None:
 def _threshold_checks(options: VerifyOptions, layers: list[LayerResult], tower: TowerResult,
                       e2e: EndToEnd) -> list[Check]:
     found = []
-    worst32 = max(layers, key=lambda layer: layer.fp32_max_abs_diff)
+    # NaN never compares greater or smaller, so it is ranked worst explicitly (and then fails its check).
+    worst32 = max(layers, key=lambda layer: (math.isnan(layer.fp32_max_abs_diff), layer.fp32_max_abs_diff))
     found.append(Check(name="patch_layer.fp32_max_abs_diff", value=worst32.fp32_max_abs_diff, op="<",
                        threshold=options.max_fp32_layer_diff, where=worst32.name,
                        passed=worst32.fp32_max_abs_diff < options.max_fp32_layer_diff))
-    worst16 = min(layers, key=lambda layer: layer.bf16_cosine)
+    worst16 = min(layers, key=lambda layer: (not math.isnan(layer.bf16_cosine), layer.bf16_cosine))
     found.append(Check(name="patch_layer.bf16_cosine", value=worst16.bf16_cosine, op=">",
                        threshold=options.min_bf16_layer_cosine, where=worst16.name,
                        passed=worst16.bf16_cosine > options.min_bf16_layer_cosine))
@@ -276,7 +278,7 @@ def run_verify(options: VerifyOptions, *, loaded: Any | None = None) -> VerifyRe
     pooled = [checks.cosine(a, b) for a, b in zip(checks.split_pooled(stock_tower[0], sizes),
                                                   checks.split_pooled(patched_tower, sizes), strict=True)]
     tower_result = TowerResult(module=tower_path, output_shape=list(patched_tower.shape), pooled_cosines=pooled,
-                               min_pooled_cosine=min(pooled),
+                               min_pooled_cosine=min(pooled, key=lambda c: (not math.isnan(c), c)),
                                max_abs_diff=checks.abs_diff(stock_tower[0], patched_tower)["max"])
     agreement = checks.logits_agreement(stock_logits, patched_logits)
     first_diff = first_divergence(stock_gen, patched_gen) if stock_gen is not None else None
