@@ -416,6 +416,13 @@ def _tokens_skipped(ctx: Context) -> list[Hit]:
     return []
 
 
+def _tokens_failed(ctx: Context) -> list[Hit]:
+    audit = _tokens_audit(ctx)
+    if audit is None or audit.status != "failed":
+        return []
+    return [Hit("tokens", {"checkpoint": audit.checkpoint, "reason": audit.reason})]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The table.
 
@@ -672,6 +679,14 @@ RULES: list[Rule] = [
         condition=_tokens_skipped,
         message="{what} not checked for {checkpoint}: {reason}",
         fix="vlforge tokens audit --model {checkpoint} --tags/--format/--template to audit explicitly",
+        source="vlforge tokens audit (docs/tokens.md)",
+    ),
+    Rule(
+        id="tokens-audit-failed",
+        severity="warning",
+        condition=_tokens_failed,
+        message="untrained template tokens unknown for {checkpoint}: {reason}",
+        fix="vlforge tokens audit --model {checkpoint} -v to see the error (and report it)",
         source="vlforge tokens audit (docs/tokens.md)",
     ),
 ]

@@ -67,7 +67,8 @@ class TokensAudit:
     """What the doctor keeps of one tokens audit (``ModelInfo.extra["tokens"]``)."""
 
     status: str
-    """``audited``, ``skipped`` (see ``reason``) or ``off`` (``--no-tokens``)."""
+    """``audited``, ``skipped`` (could not run, see ``reason``), ``failed`` (an unexpected error: a
+    warning, since an untrained tag may then go unreported) or ``off`` (``--no-tokens``)."""
     reason: str | None = None
     checkpoint: str | None = None
     options: TokenOptions = field(default_factory=TokenOptions)
@@ -161,7 +162,7 @@ def run_tokens_audit(path: Path | None, options: TokenOptions) -> TokensAudit:
         result = TokensAudit("skipped", _first_line(error), str(path), options)
     except Exception as error:  # a diagnostic must not crash on an unexpected checkpoint; say what happened
         logger.debug("tokens audit of %s failed", path, exc_info=True)
-        result = TokensAudit("skipped", f"tokens audit failed ({type(error).__name__}: {_first_line(error)})",
+        result = TokensAudit("failed", f"tokens audit failed ({type(error).__name__}: {_first_line(error)})",
                              str(path), options)
     else:
         result = TokensAudit("audited", None, str(path), options, list(report.findings),
