@@ -138,6 +138,9 @@ def patch(model: nn.Module, *, precision: str = "native", include: Sequence[str]
             )
         elif previous != precision:
             logger.info("patched %s: precision %s -> %s", name or "<root>", previous, precision)
+    if not report.patched:
+        logger.warning("vlforge.patch: %s holds no stride==kernel Conv2d/Conv3d; nothing patched",
+                       type(model).__name__)
     return report
 
 
@@ -197,10 +200,13 @@ class TransformersPatch:
         logger.info("patch_transformers: models built from now on run patch convolutions as GEMM")
 
     def _patch_new_model(self, model: nn.Module) -> None:
+        # post_init also runs for sub-models (text model, vision tower): only those with a conv are patched.
+        names = {name for name, module in model.named_modules() if is_patchable(module)}
+        if not names:
+            return
         if self.include is None:
             patch(model, precision=self.precision)
             return
-        names = {name for name, module in model.named_modules() if is_patchable(module)}
         wanted = [p for p in self.include if any(_matches(name, p) for name in names)]
         if wanted:
             patch(model, precision=self.precision, include=wanted)

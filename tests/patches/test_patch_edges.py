@@ -1,4 +1,4 @@
-"""precision="auto" measures once per input-size bucket, not once per patch count."""
+"""Edge behaviour of vlforge.patch: auto-precision size buckets, and a warning when nothing matches."""
 
 from __future__ import annotations
 
@@ -21,3 +21,12 @@ def test_new_patch_counts_in_one_bucket_reuse_one_measurement() -> None:
     assert len(auto._AUTO_CHOICES) == 2
     assert auto.shape_bucket((6080, 3, 2, 16, 16)) == (8192, 4, 2, 16, 16)
     auto.clear_auto_cache()
+
+
+def test_patching_a_model_without_a_patch_conv_warns(caplog) -> None:
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="vlforge")
+    report = vlforge.patch(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Conv2d(3, 3, 3)))
+    assert len(report) == 0
+    assert any("nothing patched" in record.getMessage() for record in caplog.records)
