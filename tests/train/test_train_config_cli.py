@@ -54,7 +54,7 @@ def test_bad_config_exits_2_with_one_line() -> None:
 
 
 def test_bad_config_json(write_yaml) -> None:
-    path = write_yaml(MINIMAL + "sp_ulysses_degree: 2\ntraining: {bf16: true, fp16: true}\n")
+    path = write_yaml(MINIMAL + "sp_ulysses_degree: 0\ntraining: {bf16: true, fp16: true}\n")
     result = runner.invoke(app, ["validate", str(path), "--json"])
     assert result.exit_code == 2
     report = json.loads(result.stdout)
@@ -62,7 +62,7 @@ def test_bad_config_json(write_yaml) -> None:
     keys = {error["key"]: error for error in report["errors"]}
     assert set(keys) == {"sp_ulysses_degree", "training.fp16"}
     assert keys["sp_ulysses_degree"]["line"] == 3
-    assert "not available yet in vlforge" in keys["sp_ulysses_degree"]["message"]
+    assert "greater than or equal to 1" in keys["sp_ulysses_degree"]["message"]
 
 
 def test_bad_override_exits_2(write_yaml) -> None:

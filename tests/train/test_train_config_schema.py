@@ -48,7 +48,7 @@ def _with(**sections) -> dict:
     ({"fsdp": {"mixed_precision": "pure_bf16"}}, "needs training.bf16"),
     ({"fsdp": {"transformer_layer_cls_to_wrap": []}}, "wraps nothing"),
     ({"model": {"lora": {"target_modules": []}}}, "at least 1 item"),
-    ({"sp_ulysses_degree": 2}, "sequence parallelism (sp_ulysses_degree=2) is not available yet in vlforge"),
+    ({"sp_ulysses_degree": 0}, "greater than or equal to 1"),
     ({"trainer_type": "hf_trainer"}, "'fsdp2_trainer'"),
     ({"training": {"learnig_rate": 1}}, "Extra inputs are not permitted"),
 ])

@@ -130,7 +130,7 @@ def test_resume_target(tmp_path):
         ckpt.resume_target(str(tmp_path / "checkpoint-9"), tmp_path)
 
 
-def test_remap_data_state_requeues_buffers_and_continues_after_the_furthest_draw():
+def test_remap_data_state_requeues_buffers_and_restarts_at_the_nearest_draw():
     def state(shard, draws, ready, bins):
         return {"version": 1, "shard_id": shard, "num_shards": 2, "mixture": {"m": shard}, "draws": draws,
                 "finished": False, "buffer": {"bins": bins, "loads": [1] * len(bins)}, "ready": ready,
@@ -139,7 +139,8 @@ def test_remap_data_state_requeues_buffers_and_continues_after_the_furthest_draw
     ref = lambda i: {"entry": 0, "index": i, "location": f"line {i + 1}", "record": {}}  # noqa: E731
     old = [state(0, 9, [[ref(0)]], [[ref(2), ref(4)]]), state(1, 10, [], [[ref(1)], [ref(3)]])]
     new = ckpt.remap_data_state(old, 0, 1)
-    assert new["shard_id"] == 0 and new["num_shards"] == 1 and new["draws"] == 10
-    assert new["mixture"] == {"m": 1}  # the furthest reader's position
+    assert new["shard_id"] == 0 and new["num_shards"] == 1 and new["draws"] == 9
+    assert new["mixture"] == {"m": 0}  # the position of the reader that was least far
+    assert new["done"] == [9]  # drawn by old shard 1 (9 % 2 == 1) already: skipped, not repeated
     assert sorted(r["index"] for group in new["ready"] for r in group) == [0, 1, 2, 3, 4]
     assert new["buffer"] == {"bins": [], "loads": []}

@@ -58,6 +58,8 @@ class DataStream:
         self.ledger = SkipLedger()
         self.stats = PackingStats()
         self.draws = 0
+        self.done: set[int] = set()
+        """Draw indices at or after ``draws`` that another run already used (set by a resharded resume)."""
         self.finished = False
         self.reported = False
         self.ready: deque[list[Pending]] = deque()
@@ -115,6 +117,9 @@ class DataStream:
                 self.finished = True
                 continue
             self.draws += 1
+            if self.done and self.draws - 1 in self.done:
+                self.done.discard(self.draws - 1)  # used before a resume on another number of shards
+                continue
             if (self.draws - 1) % self.num_shards != self.shard_id:
                 continue
             pending = self._admit(*drawn)
@@ -165,7 +170,7 @@ class DataStream:
         return copy.deepcopy({
             "version": 1, "shard_id": self.shard_id, "num_shards": self.num_shards,
             "mixture": self.mixture.state_dict(), "draws": self.draws, "finished": self.finished,
-            "buffer": buffer, "ready": [[p.ref for p in group] for group in self.ready],
+            "done": sorted(self.done), "buffer": buffer, "ready": [[p.ref for p in group] for group in self.ready],
             "ledger": self.ledger.state_dict(), "stats": self.stats.to_dict(),
         })
 
@@ -175,6 +180,7 @@ class DataStream:
                             f"this stream is {self.shard_id}/{self.num_shards}")
         self.mixture.load_state_dict(state["mixture"])
         self.draws, self.finished, self.reported = state["draws"], state["finished"], False
+        self.done = set(state.get("done", ()))
         rebuild = {}
 
         def pending(ref: dict[str, Any]) -> Pending:

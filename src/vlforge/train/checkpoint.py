@@ -163,11 +163,12 @@ def load_checkpoint(path: Path, ctx: DistContext, model: torch.nn.Module, optimi
 def remap_data_state(states: list[dict[str, Any]], rank: int, world_size: int) -> dict[str, Any]:
     """A data-stream state for shard ``rank`` of ``world_size`` from the shard states of a run with other shards.
 
-    The stream continues after the furthest record any old shard had drawn; the samples that were
-    buffered (packer bins, grouper, ready batches) in any old shard are queued again, dealt round-robin
-    to the new shards. Records an old shard had not reached yet are skipped (logged).
+    The stream restarts at the smallest draw index any old shard had reached, and skips (``done``) the
+    indices at or after it that their old owner shard had already drawn, so no record is repeated or
+    left out. The samples that were buffered (packer bins, grouper, ready batches) in any old shard are
+    queued again, dealt round-robin to the new shards.
     """
-    furthest = max(states, key=lambda s: s["draws"])
+    start = min(states, key=lambda s: s["draws"])
     groups: list[list[dict[str, Any]]] = []
     for old in states:
         groups.extend(old["ready"])
@@ -176,11 +177,13 @@ def remap_data_state(states: list[dict[str, Any]], rank: int, world_size: int) -
         items = [ref for ref, _ in buffer.get("items", [])]
         if items:
             groups.append(items)
-    lost = sum(1 for s in states for i in range(s["draws"], furthest["draws"]) if i % s["num_shards"] == s["shard_id"])
-    if lost and rank == 0:
-        logger.warning("data: %d record draw(s) between the old shards' positions are skipped on resume", lost)
-    new = copy.deepcopy({k: v for k, v in furthest.items() if k not in ("ready", "buffer")})
-    new.update(shard_id=rank, num_shards=world_size,
+    restart = start["draws"]
+    done = {i for s in states for i in range(restart, s["draws"]) if i % s["num_shards"] == s["shard_id"]}
+    done.update(i for s in states for i in s.get("done", ()) if i >= restart)
+    if done and rank == 0:
+        logger.info("data: resuming at draw %d; %d later draw(s) already used are skipped", restart, len(done))
+    new = copy.deepcopy({k: v for k, v in start.items() if k not in ("ready", "buffer")})
+    new.update(shard_id=rank, num_shards=world_size, done=sorted(done),
                ready=[copy.deepcopy(g) for i, g in enumerate(groups) if i % world_size == rank])
-    new["buffer"] = {"bins": [], "loads": []} if "bins" in furthest["buffer"] else {"items": []}
+    new["buffer"] = {"bins": [], "loads": []} if "bins" in start["buffer"] else {"items": []}
     return new

@@ -32,6 +32,8 @@ class DistContext:
     device: torch.device
     owns_group: bool
     """True when :func:`init_distributed` created the process group (and :meth:`close` destroys it)."""
+    sp_degree: int = 1
+    """Sequence-parallel degree: groups of ``sp_degree`` consecutive ranks read the same data."""
 
     @property
     def distributed(self) -> bool:
@@ -40,6 +42,16 @@ class DistContext:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    @property
+    def data_rank(self) -> int:
+        """This process's data shard (its data-parallel rank)."""
+        return self.rank // self.sp_degree
+
+    @property
+    def data_world(self) -> int:
+        """Number of data shards (the data-parallel size)."""
+        return self.world_size // self.sp_degree
 
     def barrier(self) -> None:
         if self.distributed:

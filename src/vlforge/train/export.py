@@ -6,6 +6,12 @@ the checkpoint's DCP model weights are read into it (resharded from any number o
 processor files are copied from the source checkpoint. The directory is built next to ``out`` and
 renamed into place.
 
+A LoRA run (``model.lora`` in the checkpoint's config) is exported merged: the source model gets the
+same peft adapters, the checkpoint (base + adapter weights) is read into it, and ``merge_and_unload``
+folds ``W + (alpha / r) * B @ A`` into each target weight. The result is a plain model of the
+source's architecture with the source's parameter names; its outputs equal the trained adapter
+model's up to fp32 rounding (the product is summed in a different order).
+
 Example (CPU, seconds):
     >>> export_checkpoint("output/run/checkpoint-40", "output/run/final")  # doctest: +SKIP
     or: ``vlforge export output/run/checkpoint-40 output/run/final``
@@ -46,10 +52,19 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
         raise ConfigError(f"{checkpoint / STATE_FILE} names no source model; pass the source explicitly")
     loaded = load(source, dtype="float32", processor=False)
     model = loaded.model
+    lora = (state.get("config") or {}).get("model", {}).get("lora")
+    if lora is not None:
+        from vlforge.train.model_setup import apply_lora
+        from vlforge.train.schema import LoraConfig
+
+        model = apply_lora(model, LoraConfig.model_validate(lora))
     weights = get_model_state_dict(model)
     with quiet_single_process():
         dcp.load({"model": weights}, checkpoint_id=checkpoint / WEIGHTS_DIR, no_dist=True)  # rank 0 alone
     set_model_state_dict(model, weights)
+    if lora is not None:
+        model = model.merge_and_unload()
+        logger.info("merged the LoRA adapters into the base weights")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:

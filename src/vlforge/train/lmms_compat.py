@@ -105,7 +105,7 @@ KEY_TABLE: tuple[KeyMap, ...] = (
     KeyMap("trainer_args.dataloader_num_workers", "dataloader_num_workers"),
     KeyMap("trainer_args.use_liger_kernel", "use_liger_kernel", "warning when liger-kernel is not installed"),
     KeyMap("trainer_args.use_rmpad", "use_rmpad"),
-    KeyMap("trainer_args.sp_ulysses_degree", "sp_ulysses_degree", "values above 1 are an error in this version"),
+    KeyMap("trainer_args.sp_ulysses_degree", "sp_ulysses_degree", "Ulysses sequence parallelism (Qwen3-VL); see Sequence parallelism"),
     KeyMap("trainer_args.fsdp2", "fsdp.fsdp2"),
     KeyMap("trainer_args.fsdp_config.transformer_layer_cls_to_wrap", "fsdp.transformer_layer_cls_to_wrap"),
     KeyMap("trainer_args.fsdp_config.reshard_after_forward", "fsdp.reshard_after_forward"),

@@ -38,6 +38,8 @@ class MetricsLogger:
         if not main:
             return
         output_dir.mkdir(parents=True, exist_ok=True)
+        if start_step > 0 and self.path.exists():
+            self._truncate_after(start_step)
         self.file = self.path.open("a", encoding="utf-8")
         if "tensorboard" in report_to:
             try:
@@ -61,6 +63,21 @@ class MetricsLogger:
                                 TextColumn("{task.fields[info]}"), TimeRemainingColumn(), console=Console(stderr=True))
             self.bar.start()
             self._task = self.bar.add_task("train", total=total_steps, completed=start_step, info="")
+
+    def _truncate_after(self, step: int) -> None:
+        """Drop records after ``step``: a killed run may have logged steps past the checkpoint resumed from."""
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        kept = []
+        for line in lines:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by the kill
+            if int(record.get("step", 0)) <= step:
+                kept.append(line)
+        if len(kept) != len(lines):
+            logger.info("%s: dropped %d record(s) after resumed step %d", self.path, len(lines) - len(kept), step)
+            self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
     def __enter__(self) -> MetricsLogger:
         return self

@@ -90,15 +90,25 @@ def layer_classes(model: torch.nn.Module, names: list[str] | None) -> set[type]:
     return {found[name] for name in wanted if name in found}
 
 
-def _apply_lora(model: torch.nn.Module, cfg: TrainConfig) -> torch.nn.Module:
-    lora = cfg.model.lora
+PEFT_MISSING = "model.lora needs peft, which is not installed here: pip install peft (or remove model.lora)"
+
+
+def apply_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
+    """Wrap ``model`` in a peft ``PeftModel`` with adapters per ``lora`` (a ``model.lora`` section).
+
+    Only the adapter weights stay trainable; the base weights are frozen by peft.
+    """
     if importlib.util.find_spec("peft") is None:
-        raise ConfigError("model.lora needs peft, which is not installed here: pip install peft (or remove model.lora)")
+        raise ConfigError(PEFT_MISSING)
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=lora.target_modules,
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
                         lora_dropout=lora.dropout)
-    return get_peft_model(model, config)
+    try:
+        return get_peft_model(model, config)
+    except ValueError as error:  # e.g. no module matches target_modules
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConfigError(f"model.lora.target_modules {list(lora.target_modules)}: {first}") from error
 
 
 def check_supported(cfg: TrainConfig) -> None:
@@ -107,7 +117,7 @@ def check_supported(cfg: TrainConfig) -> None:
         raise ConfigError("training.fp16: float16 training (loss scaling) is not available in vlforge's trainer; "
                           "use training.bf16: true")
     if cfg.model.lora is not None and importlib.util.find_spec("peft") is None:
-        raise ConfigError("model.lora needs peft, which is not installed here: pip install peft (or remove model.lora)")
+        raise ConfigError(PEFT_MISSING)
 
 
 def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
@@ -137,7 +147,11 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if cfg.model.lora is not None:
-        model = _apply_lora(model, cfg)
+        model = apply_lora(model, cfg.model.lora)
+        if cfg.model.freeze_modules:  # adapters inside frozen modules stay frozen too
+            freeze(model.base_model.model, cfg.model.freeze_modules)
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        logger.info("LoRA: %d trainable adapter parameters (r=%d)", trainable, cfg.model.lora.r)
     model.train()
     sharded = ctx.distributed and cfg.fsdp.fsdp2
     if sharded:

@@ -75,8 +75,9 @@ class DataConfig(Section):
     """Format of ``dataset_path`` (``yaml`` for a dataset list); null means "from the suffix"."""
     streaming: bool = False
     """Read the data as a stream (iterable dataset, length unknown): ``training.max_steps`` is required."""
-    shuffle: bool = True
-    """Shuffle the samples (seeded by ``training.seed``)."""
+    shuffle: bool = False
+    """Accepted for LMMS compatibility; has no effect: records are read in file order and only the draws
+    between mixture entries are seeded by ``training.seed`` (no shuffle buffer; ``true`` logs a warning)."""
     on_error: Literal["raise", "skip"] = "raise"
     """A sample that cannot be used stops training (``raise``) or is skipped, counted and reported (``skip``)."""
     eval_dataset_path: str | None = None
@@ -364,11 +365,12 @@ class TrainConfig(Section):
     checkpointing: CheckpointingConfig = Field(default_factory=CheckpointingConfig)
     """Checkpoints and resume."""
     sp_ulysses_degree: int = Field(default=1, ge=1)
-    """Ulysses sequence-parallel degree; only 1 is available in this version."""
+    """Ulysses sequence-parallel degree (Qwen3-VL): ranks that split one sequence; divides processes and heads."""
     use_liger_kernel: bool = False
     """Use Liger fused kernels when liger-kernel is installed."""
     use_rmpad: bool = False
-    """Remove padding: run packed/varlen rows without pad tokens."""
+    """Remove padding; in vlforge this is ``packing.packing`` (varlen packed rows): a different value logs a
+    warning."""
     dataloader_num_workers: int = Field(default=0, ge=0)
     """DataLoader worker processes per training process."""
 
@@ -379,16 +381,6 @@ class TrainConfig(Section):
         if isinstance(data, dict):
             return {key: value for key, value in data.items() if not (value is None and key in SECTION_FIELDS)}
         return data
-
-    @field_validator("sp_ulysses_degree")
-    @classmethod
-    def _no_sequence_parallel(cls, value: int) -> int:
-        if value > 1:
-            raise ValueError(
-                f"sequence parallelism (sp_ulysses_degree={value}) is not available yet in vlforge; "
-                "set sp_ulysses_degree: 1"
-            )
-        return value
 
     @model_validator(mode="after")
     def _across_sections(self) -> TrainConfig:
@@ -445,8 +437,12 @@ def _inert_warnings(cfg: TrainConfig) -> list[str]:
     for sink, module in (("wandb", "wandb"), ("tensorboard", "tensorboard")):
         if sink in cfg.logging.report_to and not _importable(module):
             notes.append(f"logging.report_to: {sink!r} has no effect: {module} is not installed here")
-    if cfg.model.lora is not None and not _importable("peft"):
-        notes.append("model.lora has no effect until peft is installed (pip install peft)")
+    if cfg.data.shuffle:
+        notes.append("data.shuffle: true has no effect: records are read in file order; only the draws between "
+                     "mixture entries are seeded by training.seed (no shuffle buffer)")
+    if "use_rmpad" in cfg.model_fields_set and cfg.use_rmpad != cfg.packing.packing:
+        notes.append(f"use_rmpad: {str(cfg.use_rmpad).lower()} has no effect: vlforge removes padding exactly "
+                     f"when packing.packing is true (here {str(cfg.packing.packing).lower()})")
     packing = cfg.packing
     if packing.packing_length is not None and not packing.packing and (
         not packing.filter_overlong or packing.max_length is not None

@@ -38,6 +38,13 @@ from vlforge.train.metrics import MetricsLogger
 from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler
 from vlforge.train.schema import TrainConfig
+from vlforge.train.sp import (
+    SequenceParallel,
+    check_world,
+    setup_sequence_parallel,
+    shard_label_count,
+    sp_token_loss_sum,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -73,18 +80,41 @@ def micro_batches(cfg: TrainConfig) -> int:
 
 
 def count_steps(cfg: TrainConfig, data_cfg: Any, processor: Any, ctx: DistContext, base_dir: str) -> int:
-    """Optimiser steps of ``num_train_epochs`` (one counting pass over this rank's shard; min over ranks)."""
-    one_epoch = data_cfg.model_copy(update={"epochs": 1})
-    stream = open_stream(one_epoch, processor, rank=ctx.rank, world_size=ctx.world_size, base_dir=base_dir)
+    """Optimiser steps of ``num_train_epochs``: a counting pass over this rank's real stream; min over ranks.
+
+    The pass reads all ``ceil(num_train_epochs)`` epochs as training will (the packer is flushed only
+    at the very end, not per epoch), so the count equals the steps the stream can feed; a fractional
+    epoch count takes that share of them.
+    """
+    stream = open_stream(data_cfg, processor, rank=ctx.data_rank, world_size=ctx.data_world, base_dir=base_dir)
     batches = sum(1 for _ in stream)
     stream.close()
-    per_epoch = ctx.all_reduce_min(batches // micro_batches(cfg))
-    total = math.ceil(cfg.training.num_train_epochs * per_epoch)
+    available = ctx.all_reduce_min(batches // micro_batches(cfg))
+    epochs = cfg.training.num_train_epochs
+    passes = data_cfg.epochs or math.ceil(epochs)
+    total = min(available, math.ceil(epochs / passes * available))
     if total < 1:
-        raise ConfigError(f"data: one epoch gives {batches} batch(es) on rank {ctx.rank}, fewer than the "
+        raise ConfigError(f"data: {passes} epoch(s) give {batches} batch(es) on rank {ctx.rank}, fewer than the "
                           f"{micro_batches(cfg)} one optimiser step needs; lower gradient_accumulation_steps")
-    logger.info("schedule: %d optimiser steps (%d per epoch)", total, per_epoch)
+    logger.info("schedule: %d optimiser steps (%g epoch(s))", total, epochs)
     return total
+
+
+def global_label_count(ctx: DistContext, batches: list[dict[str, Any]] | None,
+                       count: Any = label_count) -> torch.Tensor | None:
+    """Label tokens of this step summed over ranks, or None on every rank when any rank ran out of data.
+
+    ``batches`` is None on a rank whose stream ended. The has-data flag rides on the label-count
+    all-reduce, so all ranks stop together (no rank is left waiting in a collective).
+    """
+    local = torch.stack([count(b) for b in batches]).sum().float() if batches else torch.zeros(())
+    flag = torch.tensor(1.0 if batches is not None else 0.0)
+    if not ctx.distributed:
+        return None if batches is None else local.to(ctx.device)
+    both = ctx.all_reduce_sum(torch.stack([local.cpu(), flag]).to(ctx.device, torch.float32))
+    if int(both[1].item()) < ctx.world_size:  # the one host sync of a step, needed to decide to go on
+        return None
+    return both[0]
 
 
 class Trainer:
@@ -100,16 +130,20 @@ class Trainer:
     def setup(self) -> None:
         cfg, ctx = self.cfg, self.ctx
         seed_everything(cfg.training.seed)
+        check_world(cfg.sp_ulysses_degree, ctx.world_size)
         self.tm: TrainModel = prepare_model(cfg, ctx)
         self.model = self.tm.model
+        # --- sequence parallelism (vlforge.train.sp): sp ranks of a group share the data shard ---
+        self.sp: SequenceParallel | None = None
+        if cfg.sp_ulysses_degree > 1:
+            self.sp = setup_sequence_parallel(self.model, self.tm.loaded.family, cfg.sp_ulysses_degree, ctx)
+            ctx.sp_degree = cfg.sp_ulysses_degree
         self.data_cfg = data_config(cfg)
         self.processor = processor_for(cfg, self.tm.loaded, self.data_cfg)
-        if cfg.data.shuffle and ctx.is_main:
-            logger.info("data: records are drawn from the mixture with seed %d (no shuffle buffer)", cfg.training.seed)
         self.total = cfg.training.max_steps or count_steps(cfg, self.data_cfg, self.processor, ctx, self.base_dir)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.training, ctx.device)
         self.scheduler = build_scheduler(self.optimizer, cfg.training, self.total)
-        self.stream = RankData(self.data_cfg, self.processor, rank=ctx.rank, world_size=ctx.world_size,
+        self.stream = RankData(self.data_cfg, self.processor, rank=ctx.data_rank, world_size=ctx.data_world,
                                workers=cfg.dataloader_num_workers, base_dir=self.base_dir)
         self.step = 0
         self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir)
@@ -117,7 +151,8 @@ class Trainer:
             state, data_states = ckpt.load_checkpoint(self.resumed_from, ctx, self.model, self.optimizer,
                                                       self.scheduler)
             self.step = int(state["step"])
-            self.stream.load_state_dict(data_states)
+            saved_sp = int(state.get("config", {}).get("sp_ulysses_degree", 1))
+            self.stream.load_state_dict(data_states[::saved_sp])  # one state per data shard
 
     # -- one step ---------------------------------------------------------------------------------
     def _draw(self) -> list[dict[str, Any]] | None:
@@ -132,16 +167,24 @@ class Trainer:
     def _forward_sum(self, batch: dict[str, Any]) -> torch.Tensor:
         float_dtype = torch.bfloat16 if self.cfg.training.bf16 else None
         with self.tm.autocast_context(self.ctx.device):
+            if self.sp is not None:
+                return sp_token_loss_sum(self.model, batch, self.ctx.device, float_dtype, self.sp)
             return token_loss_sum(self.model, batch, self.ctx.device, float_dtype)
 
-    def accumulate(self, batches: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _label_count(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Predicted label tokens of ``batch`` on this rank (its sequence shard under sequence parallelism)."""
+        return label_count(batch) if self.sp is None else shard_label_count(batch, self.sp)
+
+    def accumulate(self, batches: list[dict[str, Any]],
+                   count: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward and backward of one step's micro-batches: gradients of the global token-mean loss.
 
+        ``count``: the global label tokens (:func:`global_label_count`), computed here when omitted.
         Returns (global label tokens, this rank's loss sum) as device tensors; no optimiser step.
         """
         ctx = self.ctx
-        count = torch.stack([label_count(b) for b in batches]).sum().to(ctx.device, torch.float32)
-        count = ctx.all_reduce_sum(count)
+        if count is None:
+            count = global_label_count(ctx, batches, self._label_count)
         # FSDP averages gradients over ranks; the loss already divides by the global count.
         scale = ctx.world_size if self.tm.sharded else 1
         denominator = count.clamp(min=1.0)
@@ -158,9 +201,10 @@ class Trainer:
                 self._all_reduce_grads()
         return count, loss_sum
 
-    def train_step(self, batches: list[dict[str, Any]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def train_step(self, batches: list[dict[str, Any]],
+                   count: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One optimiser step; returns (global label tokens, local loss sum, grad norm) as device tensors."""
-        count, loss_sum = self.accumulate(batches)
+        count, loss_sum = self.accumulate(batches, count)
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = self.cfg.training.max_grad_norm or float("inf")
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
@@ -183,24 +227,24 @@ class Trainer:
         """Mean token loss over the eval set (all ranks; every rank runs the same number of forwards)."""
         ctx = self.ctx
         eval_cfg = data_config(self.cfg, eval_set=True).model_copy(update={"packing": self.data_cfg.packing})
-        stream = open_stream(eval_cfg, self.processor, rank=ctx.rank, world_size=ctx.world_size,
+        stream = open_stream(eval_cfg, self.processor, rank=ctx.data_rank, world_size=ctx.data_world,
                              base_dir=self.base_dir)
         batches = list(stream)
         stream.close()
-        rounds = len(batches)
-        if ctx.distributed:
-            rounds = -ctx.all_reduce_min(-rounds)  # max over ranks: FSDP needs matching forwards
+        # every rank decides together, before any forward: a lone raise would leave the others in FSDP
+        if ctx.all_reduce_min(len(batches)) == 0:
+            raise ConfigError(f"data.eval_dataset_path: the eval set gives no batch on at least one of the "
+                              f"{ctx.data_world} data rank(s); use a larger eval set or fewer processes")
+        rounds = -ctx.all_reduce_min(-len(batches))  # max over ranks: FSDP needs matching forwards
         totals = torch.zeros(2, device=ctx.device)
         self.model.eval()
         with torch.no_grad():
             for i in range(rounds):
                 real = i < len(batches)
-                batch = batches[i] if real else batches[0] if batches else None
-                if batch is None:
-                    raise ConfigError("data.eval_dataset_path: this rank's share of the eval set is empty")
+                batch = batches[i] if real else batches[0]
                 part = self._forward_sum(batch)
                 if real:
-                    totals += torch.stack([part.float(), label_count(batch).to(ctx.device).float()])
+                    totals += torch.stack([part.float(), self._label_count(batch).to(ctx.device).float()])
         self.model.train()
         ctx.all_reduce_sum(totals)
         return float(totals[0] / totals[1].clamp(min=1))
@@ -231,11 +275,12 @@ class Trainer:
                            progress=self.progress, start_step=self.step) as log:
             while self.step < self.total:
                 batches = self._draw()
-                if batches is None:
+                count = global_label_count(ctx, batches, self._label_count)
+                if count is None:  # some rank ran out: every rank stops here
                     logger.warning("data ran out after %d optimiser steps (of %d)", self.step, self.total)
                     break
                 lr = self.scheduler.get_last_lr()[0]
-                count, loss_sum, norm = self.train_step(batches)
+                count, loss_sum, norm = self.train_step(batches, count)
                 self.step += 1
                 acc += torch.stack([loss_sum, count / ctx.world_size, norm])
                 tokens += sum(_tokens(b) for b in batches)
@@ -282,7 +327,7 @@ class Trainer:
         tok = ctx.all_reduce_sum(torch.tensor([float(tokens)], device=ctx.device))
         loss_sum, count, norm_sum = global_acc.tolist()
         return {"step": self.step, "loss": loss_sum / max(count, 1.0), "lr": lr, "grad_norm": norm_sum / steps,
-                "label_tokens": int(count), "tokens_per_s": float(tok.item()) / max(seconds, 1e-9),
+                "label_tokens": int(count), "tokens_per_s": float(tok.item()) / ctx.sp_degree / max(seconds, 1e-9),
                 "epoch_progress": round(self.step / self.total, 4)}
 
 

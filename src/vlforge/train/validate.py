@@ -55,8 +55,20 @@ class ValidateReport:
 
 
 def check(path: str | Path, overrides: Iterable[str] = ()) -> ValidateReport:
-    """Validate ``path`` with ``overrides``; never raises for a bad config (the report holds the problems)."""
+    """Validate ``path`` with ``overrides``; never raises for a bad config (the report holds the problems).
+
+    Settings ``vlforge train`` refuses on this machine (``model.lora`` without peft, ``training.fp16``)
+    are problems here too, with train's message, so validate and train agree.
+    """
     try:
-        return ValidateReport(str(path), resolved=resolve_config(path, overrides))
+        resolved = resolve_config(path, overrides)
     except ConfigValidationError as error:
         return ValidateReport(str(path), problems=error.problems)
+    from vlforge.errors import ConfigError
+    from vlforge.train.model_setup import check_supported
+
+    try:
+        check_supported(resolved.config)
+    except ConfigError as error:
+        return ValidateReport(str(path), problems=[Problem(resolved.origin, None, "", str(error))])
+    return ValidateReport(str(path), resolved=resolved)
