@@ -29,13 +29,15 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from PIL import Image
+from pydantic import Field, model_validator
 
 from vlforge.errors import DataError, VlforgeError
+from vlforge.strict import StrictModel
 
 PROMPT = "Describe this."
 _CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -264,3 +266,22 @@ def make_spec(loaded: Any, *, synthetic: str | None = None, images: Sequence[Pat
     if video:
         return video_spec(loaded, video, frames=video_frames)
     return synthetic_spec(loaded, synthetic or "1x224x224")
+
+
+class InputSource(StrictModel):
+    """The model and input options shared by ``vlforge profile`` and ``vlforge verify``."""
+
+    unknown_label: ClassVar[str] = "option"
+
+    model: str
+    """Local checkpoint dir, ``tiny:FAMILY`` preset or hub id."""
+    synthetic: str | None = None
+    """``FRAMESxHxW``; the default input is ``1x224x224`` when no source is given."""
+    images: list[Path] = Field(default_factory=list)
+    video: Path | None = None
+    video_frames: int = Field(8, ge=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InputSource:
+        check_sources(self.synthetic, self.images, self.video)
+        return self

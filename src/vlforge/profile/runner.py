@@ -20,15 +20,15 @@ import contextlib
 import logging
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 import vlforge
 from vlforge.errors import VlforgeError
 from vlforge.models.components import discover
-from vlforge.models.inputs import check_sources, make_spec
+from vlforge.models.inputs import InputSource, make_spec
 from vlforge.models.load import dtype_name, resolve_device
 from vlforge.patches import patched_modules
 from vlforge.profile.report import (
@@ -43,25 +43,17 @@ from vlforge.profile.report import (
     timing,
 )
 from vlforge.profile.timer import ComponentTimer
-from vlforge.strict import StrictModel
 
 logger = logging.getLogger(__name__)
 
 VARIANTS = ("stock", "patched", "patched-fp32")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 DTYPES = ("float32", "bfloat16", "float16")
-class ProfileOptions(StrictModel):
+
+
+class ProfileOptions(InputSource):
     """What ``vlforge profile`` measures; every CLI flag maps to one field."""
 
-    unknown_label: ClassVar[str] = "option"
-
-    model: str
-    """Local checkpoint dir, ``tiny:FAMILY`` preset or hub id."""
-    synthetic: str | None = None
-    """``FRAMESxHxW``; the default input is ``1x224x224`` when no source is given."""
-    images: list[Path] = Field(default_factory=list)
-    video: Path | None = None
-    video_frames: int = Field(8, ge=1)
     batch_sizes: list[int] = Field(default_factory=lambda: [1])
     dtype: str = "float32"
     device: str = "auto"
@@ -80,11 +72,6 @@ class ProfileOptions(StrictModel):
         if not value or any(b < 1 for b in value):
             raise ValueError(f"batch sizes must be positive integers, got {value}")
         return value
-
-    @model_validator(mode="after")
-    def _sources(self) -> ProfileOptions:
-        check_sources(self.synthetic, self.images, self.video)
-        return self
 
     @field_validator("dtype")
     @classmethod

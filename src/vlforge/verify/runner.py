@@ -23,19 +23,18 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 from torch import nn
 
 import vlforge
 from vlforge.errors import VlforgeError
 from vlforge.models.components import discover
-from vlforge.models.inputs import check_sources, make_spec
+from vlforge.models.inputs import InputSource, make_spec
 from vlforge.models.load import dtype_name, resolve_device
 from vlforge.patches import is_patchable, patched_modules
-from vlforge.strict import StrictModel
 from vlforge.verify import checks
 from vlforge.verify.report import (
     Check,
@@ -53,16 +52,9 @@ BF16_LAYER_MIN_COSINE = 0.999
 TOWER_MIN_COSINE = 0.99
 
 
-class VerifyOptions(StrictModel):
+class VerifyOptions(InputSource):
     """What ``vlforge verify`` compares; every CLI flag maps to one field."""
 
-    unknown_label: ClassVar[str] = "option"
-
-    model: str
-    synthetic: str | None = None
-    images: list[Any] = Field(default_factory=list)
-    video: Any | None = None
-    video_frames: int = Field(8, ge=1)
     batch_size: int = Field(1, ge=1)
     dtype: str = "bfloat16"
     """Dtype of the tower and end-to-end comparison (the layer checks always run fp32 and bf16)."""
@@ -79,11 +71,6 @@ class VerifyOptions(StrictModel):
     max_kl: float | None = Field(None, ge=0)
     min_top1: float | None = Field(None, ge=0, le=1)
     require_identical_generation: bool = False
-
-    @model_validator(mode="after")
-    def _sources(self) -> VerifyOptions:
-        check_sources(self.synthetic, self.images, self.video)
-        return self
 
     @field_validator("dtype")
     @classmethod
