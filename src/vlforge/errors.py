@@ -29,3 +29,7 @@ class ConfigError(VlforgeError, ValueError):
 
 class DataError(VlforgeError):
     """A dataset file or sample is invalid."""
+
+
+class OutputError(ConfigError):
+    """An output path cannot be written, or holds files vlforge did not write and must not touch."""

@@ -14,7 +14,7 @@ from PIL import Image
 from safetensors import safe_open
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
-from vlforge.errors import ConfigError, ModelLoadError
+from vlforge.errors import ConfigError, OutputError
 from vlforge.models.frames_video import FramesVideoProcessor
 from vlforge.models.tiny import MARKER, VOCAB_MULTIPLE, families, write_tiny
 
@@ -169,8 +169,11 @@ def test_same_seed_same_bytes_other_seed_other_weights_and_overwrite_rules(tiny_
     again = write_tiny("qwen2_vl", tmp_path / "again", seed=0)
     assert _digest(first) == _digest(again)
     (again / "stale.txt").write_text("old")
-    write_tiny("qwen2_vl", again, seed=1)  # a previous tiny output is replaced as a whole
-    assert not (again / "stale.txt").exists()
+    with pytest.raises(OutputError, match=r"stale\.txt, which vlforge did not write"):
+        write_tiny("qwen2_vl", again, seed=1)  # a file vlforge did not write is never deleted
+    assert (again / "stale.txt").read_text() == "old"
+    (again / "stale.txt").unlink()
+    write_tiny("qwen2_vl", again, seed=1)  # a previous tiny output holding nothing else is replaced
     assert json.loads((again / MARKER).read_text())["seed"] == 1
     umask = os.umask(0o022)
     os.umask(umask)
@@ -186,7 +189,7 @@ def test_refuses_foreign_directories_and_unknown_families(tmp_path):
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
-    with pytest.raises(ModelLoadError, match="not empty"):
+    with pytest.raises(OutputError, match="not empty and was not written by vlforge"):
         write_tiny("qwen2_vl", foreign)
     assert (foreign / "notes.txt").read_text() == "keep me"
     with pytest.raises(ConfigError, match="unknown tiny model family 'qwen9'"):

@@ -74,8 +74,9 @@ def test_fix_refuses_bad_requests(lm_tied, tmp_path):
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("x")
-    with pytest.raises(ConfigError, match="refusing to overwrite"):
+    with pytest.raises(ConfigError, match="exists and is not empty"):
         fix_checkpoint(FixOptions(model=lm_tied.path, out=busy, ids=[5]))
+    assert (busy / "keep.txt").read_text() == "x"
     with pytest.raises(ConfigError, match="outside the embedding rows"):
         fix_checkpoint(FixOptions(model=lm_tied.path, out=tmp_path / "x", ids=[10**7]))
     with pytest.raises(ConfigError, match="--ids"):

@@ -101,7 +101,7 @@ def test_cli_train_json_and_export(tmp_path, model_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
     again = runner.invoke(app, ["export", summary["checkpoint"], str(tmp_path / "hf")])
-    assert again.exit_code != 0 and "exists and is not an empty directory" in str(again.exception)
+    assert again.exit_code != 0 and "exists and is not empty" in str(again.exception)
 
 
 @pytest.mark.parametrize(

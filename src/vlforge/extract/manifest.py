@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
+import logging
 import struct
 from pathlib import Path
 from typing import Any
 
 from vlforge.errors import VlforgeError
-from vlforge.extract.shards import atomic_write, atomic_write_json, read_receipt, sha256_file
+from vlforge.extract.shards import (
+    atomic_write,
+    atomic_write_json,
+    read_receipt,
+    remove_cache_files,
+    sha256_file,
+)
+
+logger = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -78,14 +86,20 @@ def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:
     return "fingerprint differs"
 
 
+def check_target(root: Path) -> None:
+    """Before any work: ``root`` is new, empty, or a vlforge cache (it has a readable manifest)."""
+    if root.is_dir() and read_manifest(root) is None and any(root.iterdir()):
+        raise CacheError(f"--out {root}: exists, is not empty and has no {MANIFEST}; choose a new or empty "
+                         "directory")
+
+
 def prepare(root: Path, header: dict[str, Any], *, overwrite: bool) -> bool:
     """Check ``root`` against ``header`` (clearing it with ``overwrite``); write the in-progress manifest.
 
     Returns True when an existing compatible cache is being resumed.
     """
+    check_target(root)
     existing = read_manifest(root) if root.exists() else None
-    if root.exists() and existing is None and any(root.iterdir()):
-        raise CacheError(f"{root} exists, is not empty and has no {MANIFEST}; choose a new or empty directory")
     resumed = False
     if existing is not None:
         if existing.get("fingerprint") == header["fingerprint"]:
@@ -94,9 +108,9 @@ def prepare(root: Path, header: dict[str, Any], *, overwrite: bool) -> bool:
             raise CacheError(f"{root} holds a cache of another model or options ({_difference(existing, header)}); "
                              "use --overwrite to replace it or choose another --out")
         else:
-            for name in (MANIFEST, ERRORS):
-                (root / name).unlink(missing_ok=True)
-            shutil.rmtree(root / "shards", ignore_errors=True)
+            logger.info("--overwrite: removing the cache of %s (%s); files vlforge did not write stay", root,
+                        _difference(existing, header))
+            remove_cache_files(root, (MANIFEST, ERRORS))
     (root / "shards").mkdir(parents=True, exist_ok=True)
     if not resumed or existing.get("status") != "complete":
         atomic_write_json(root / MANIFEST, {**header, "status": "incomplete", "shards": []})

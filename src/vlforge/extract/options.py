@@ -54,6 +54,7 @@ class ExtractOptions(StrictModel):
     num_workers: int = Field(0, ge=0, description="DataLoader workers preprocessing while the model runs")
     device: str = Field("auto", description="auto (cuda:LOCAL_RANK when available, else cpu), cpu, cuda, ...")
     overwrite: bool = Field(False, description="replace a cache made with another model or other options")
+    token_audit: bool = Field(True, description="audit the chat template's special tokens at start-up")
 
     @field_validator("features")
     @classmethod

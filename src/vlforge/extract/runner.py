@@ -34,11 +34,12 @@ from vlforge.extract.shards import (
     receipt_path,
     remove_stale,
     sha256_file,
-    shard_is_done,
     shard_name,
+    shard_problem,
     write_shard,
 )
 from vlforge.models.load import resolve_device
+from vlforge.outputs import check_output_dir
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +200,8 @@ def _run(opts: ExtractOptions, dist: _Dist, progress: bool, start: float, loaded
     from vlforge.doctor import guard
     from vlforge.models import load, parse_dtype
 
-    root = Path(opts.out)
+    root = check_output_dir(opts.out, flag="--out", mode="into")
+    mf.check_target(root)
     device = _device(opts.device)
     cfg, base = data_config(opts.data, on_error=opts.on_error)
     entries = resolve_entries(cfg, base)
@@ -212,7 +214,7 @@ def _run(opts: ExtractOptions, dist: _Dist, progress: bool, start: float, loaded
     if loaded.processor is None or not hasattr(loaded.processor, "image_processor"):
         raise ConfigError(f"{opts.model}: no image processor in the checkpoint; vlforge extract needs a VLM")
     if getattr(loaded.model, "_vlforge_guarded", None) != opts.dtype:  # once per loaded model and dtype
-        guard(loaded.model, opts.dtype)
+        guard(loaded.model, opts.dtype, tokens=opts.token_audit)
         logger.info("extract: %s", vlforge.patch(loaded.model).summary())
         loaded.model._vlforge_guarded = opts.dtype
     processor = build_processor(cfg, loaded.tokenizer, loaded.family, image_processor=loaded.processor.image_processor)
@@ -226,7 +228,13 @@ def _run(opts: ExtractOptions, dist: _Dist, progress: bool, start: float, loaded
             resumed = mf.prepare(root, header, overwrite=opts.overwrite)
             stale = remove_stale(root)
             ranges = shard_ranges(total, opts.shard_size)
-            todo = [k for k in range(len(ranges)) if not shard_is_done(root, k, header["fingerprint"])]
+            todo = []
+            for k in range(len(ranges)):
+                problem = shard_problem(root, k, header["fingerprint"])
+                if problem is not None:
+                    todo.append(k)
+                    if resumed and problem != "not written":
+                        logger.warning("extract: shard %d is recomputed: %s", k, problem)
             if resumed:
                 logger.info("extract: resuming %s: %d of %d shards done, %d to do (%d stale temp files removed)",
                             root, len(ranges) - len(todo), len(ranges), len(todo), stale)

@@ -24,48 +24,20 @@ import contextlib
 import hashlib
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from vlforge.extract.features import RAGGED
-
-_UMASK = os.umask(0o022)
-os.umask(_UMASK)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a fsynced temporary file and a rename (then fsync the directory)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; caches are shared like any other output
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every filesystem lets a directory be opened / fsynced
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+from vlforge.outputs import atomic_write_bytes
 
 
 def atomic_write_json(path: Path, payload: Any) -> None:
     atomic_write(path, (json.dumps(payload, indent=1, sort_keys=True) + "\n").encode())
+
+
+atomic_write = atomic_write_bytes
 
 
 def sha256_file(path: Path, block: int = 1 << 22) -> str:
@@ -136,20 +108,49 @@ def read_receipt(root: Path, index: int) -> dict[str, Any] | None:
         return None
 
 
-def shard_is_done(root: Path, index: int, fingerprint: str) -> bool:
-    """A shard counts as finished when its receipt matches this run and its file's sha256 matches the receipt."""
+def shard_problem(root: Path, index: int, fingerprint: str) -> str | None:
+    """Why shard ``index`` must be (re)computed, or None when its receipt matches this run and its file's
+    sha256 matches the receipt. A missing receipt gives ``"not written"``."""
     receipt = read_receipt(root, index)
-    if receipt is None or receipt.get("fingerprint") != fingerprint:
-        return False
+    if receipt is None:
+        return "not written" if not receipt_path(root, index).exists() else "its receipt is unreadable"
+    if receipt.get("fingerprint") != fingerprint:
+        return "it belongs to another run"
     data = root / "shards" / receipt["file"]
-    return data.is_file() and sha256_file(data) == receipt["sha256"]
+    if not data.is_file():
+        return f"{receipt['file']} is missing"
+    if sha256_file(data) != receipt["sha256"]:
+        return f"{receipt['file']} is damaged (sha256 differs from its receipt)"
+    return None
+
+
+def shard_is_done(root: Path, index: int, fingerprint: str) -> bool:
+    return shard_problem(root, index, fingerprint) is None
 
 
 def remove_stale(root: Path) -> int:
-    """Delete temporary files left by a killed run; return how many."""
+    """Delete temporary files a killed run left (only the names :func:`atomic_write` makes); return how many."""
     shards = root / "shards"
-    stale = list(shards.glob(".*.tmp")) if shards.is_dir() else []
+    stale = list(shards.glob(".shard-*.tmp")) if shards.is_dir() else []
     for path in stale:
         with contextlib.suppress(OSError):
             path.unlink()
     return len(stale)
+
+
+def remove_cache_files(root: Path, names: tuple[str, ...]) -> None:
+    """Delete what a cache's receipts and ``names`` account for (``--overwrite``); other files stay."""
+    shards = root / "shards"
+    for receipt in sorted(shards.glob("shard-*.json")) if shards.is_dir() else []:
+        try:
+            data_file = json.loads(receipt.read_text()).get("file")
+        except (OSError, ValueError):
+            continue  # not a receipt vlforge can read: leave it
+        if isinstance(data_file, str) and Path(data_file).name == data_file:
+            (shards / data_file).unlink(missing_ok=True)
+        receipt.unlink()
+    remove_stale(root)
+    for name in names:
+        (root / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        shards.rmdir()  # only when nothing else is in it

@@ -25,17 +25,16 @@ import functools
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from vlforge.errors import ConfigError, ModelLoadError
+from vlforge.errors import ConfigError
 from vlforge.models.compat import ensure_processor_support
 from vlforge.models.templates import template
 from vlforge.models.tokenizer import qwen3_tokenizer
+from vlforge.outputs import check_output_dir, staged_dir
 
 logger = logging.getLogger(__name__)
 
@@ -297,13 +296,7 @@ def build_processor(family: str, tokenizer):
 
 
 def _check_target(out_dir: Path) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ModelLoadError(f"{out_dir} exists and is not a directory")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / MARKER).is_file():
-        raise ModelLoadError(
-            f"{out_dir} is not empty and was not written by `vlforge tiny` (no {MARKER}); "
-            "choose an empty or new directory"
-        )
+    check_output_dir(out_dir, flag="OUT_DIR", mode="replace")
 
 
 def write_tiny(
@@ -334,9 +327,7 @@ def write_tiny(
     model.generation_config = GenerationConfig(bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
     processor = build_processor(family, tokenizer)
 
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    try:
-        os.chmod(staging, 0o777 & ~_umask())  # mkdtemp makes it private; a checkpoint is not
+    with staged_dir(out_dir, writer="tiny") as staging:
         model.save_pretrained(staging)
         processor.save_pretrained(staging)
         marker = {
@@ -348,26 +339,5 @@ def write_tiny(
             "added_tokens": {t: tokenizer.convert_tokens_to_ids(t) for t in spec(family).added_tokens},
         }
         (staging / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
-        _replace_dir(staging, out_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     logger.info("wrote tiny %s (seed %d) to %s", family, seed, out_dir)
     return out_dir
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _replace_dir(staging: Path, out_dir: Path) -> None:
-    """Move ``staging`` to ``out_dir``, replacing an empty dir or a previous tiny output."""
-    old = None
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-        os.replace(out_dir, old)
-    os.replace(staging, out_dir)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

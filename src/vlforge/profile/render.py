@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vlforge.errors import VlforgeError
+from vlforge.outputs import atomic_write_bytes
 from vlforge.profile.report import Comparison, ProfileReport, RunProfile
 
 _TOTALS = ("vision.blocks", "vision", "text.layers", "text")
@@ -143,10 +145,7 @@ def plot(report: ProfileReport, path: Path) -> Path:
         axis.set_title(f"{report.family} · {report.input} · attn={attn} · batch={batch} · {report.dtype}")
         axis.legend()
     figure.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".tmp.png")
-    figure.savefig(partial, dpi=110)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
     plt.close(figure)
-    partial.replace(path)
-    return path
+    return atomic_write_bytes(path, buffer.getvalue(), writer="profile")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from vlforge.errors import VlforgeError
 from vlforge.models.components import discover
 from vlforge.models.inputs import InputSource, make_spec
 from vlforge.models.load import dtype_name, resolve_device
+from vlforge.outputs import check_output_dir, check_output_file, fsync_dir, record
 from vlforge.patches import patched_modules
 from vlforge.profile.report import (
     ANOMALY_MIN_SHARE,
@@ -170,7 +172,7 @@ def _profile_run(model: torch.nn.Module, spec: Any, timer: ComponentTimer, meta:
     trace = None
     if options.trace_dir is not None:
         trace = _trace(forward, _to_device(spec.build(batch_size), device), timer, options.trace_dir,
-                       f"profile_{variant}_{attn}_b{batch_size}.json", device)
+                       trace_name(variant, attn, batch_size), device)
     summary = summarise(exclusive, flops, meta=meta, calls=calls, inclusive=inclusive,
                         ratio=options.anomaly_ratio, min_share=options.anomaly_min_share)
     return RunProfile(
@@ -196,9 +198,12 @@ def _trace(forward: Any, batch: dict[str, torch.Tensor], timer: ComponentTimer, 
         timer.label_ranges = False
         timer.detach_calls()
     path = directory / name
-    partial = path.with_suffix(".json.tmp")
-    prof.export_chrome_trace(str(partial))
-    partial.replace(path)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".tmp-trace.") as staging:
+        partial = Path(staging) / name
+        prof.export_chrome_trace(str(partial))
+        partial.replace(path)
+    fsync_dir(directory)
+    record(path, writer="profile")
     logger.info("wrote Chrome trace %s (open in chrome://tracing or ui.perfetto.dev)", path)
     return str(path)
 
@@ -207,6 +212,21 @@ def _load(options: ProfileOptions, device: torch.device, attn: str) -> Any:
     from vlforge.models import load
 
     return load(options.model, dtype=options.dtype, device=str(device), attn_implementation=attn)
+
+
+def trace_name(variant: str, attn: str, batch_size: int) -> str:
+    return f"profile_{variant}_{attn}_b{batch_size}.json"
+
+
+def check_trace_dir(options: ProfileOptions) -> None:
+    """``--trace DIR`` can take every trace this run writes, none of them replacing a file of the user's."""
+    if options.trace_dir is None:
+        return
+    check_output_dir(options.trace_dir, flag="--trace", mode="into")
+    for variant in options.compare:
+        for attn in options.attn:
+            for batch_size in options.batch_sizes:
+                check_output_file(options.trace_dir / trace_name(variant, attn, batch_size), flag="--trace")
 
 
 def run_profile(options: ProfileOptions, *, loaded: Any | None = None) -> ProfileReport:
@@ -218,6 +238,7 @@ def run_profile(options: ProfileOptions, *, loaded: Any | None = None) -> Profil
     """
     import transformers
 
+    check_trace_dir(options)
     device = resolve_device(options.device) if loaded is None else next(loaded.model.parameters()).device
     skipped = {attn: why for attn in options.attn if (why := attn_unavailable(attn, device))}
     attns = [attn for attn in options.attn if attn not in skipped]

@@ -8,7 +8,6 @@ Example:
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import typer
@@ -16,6 +15,7 @@ from rich.console import Console
 
 from vlforge.cli_args import build_options
 from vlforge.errors import ConfigError
+from vlforge.outputs import atomic_write_text, check_output_file
 
 
 def _console() -> Console:
@@ -73,6 +73,8 @@ def audit_command(*, model: Path | None, tokenizer: Path | None, tags: list[str]
     from vlforge.tokens.detect import THRESHOLDS
     from vlforge.tokens.render import print_audit
 
+    if rewrite_out is not None:
+        check_output_file(rewrite_out, flag="--rewrite-out")
     th = key_values(thresholds, "--threshold", numbers=True)
     unknown = sorted(set(th) - set(THRESHOLDS))
     if unknown:
@@ -88,9 +90,7 @@ def audit_command(*, model: Path | None, tokenizer: Path | None, tags: list[str]
         text = report.rewritten.template or report.rewritten.regex or report.rewritten.format_regex
         if text is None:
             raise ConfigError("--rewrite-out: nothing was rewritten (no problem tag with a checked alternative)")
-        tmp = rewrite_out.with_name(rewrite_out.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, rewrite_out)
+        atomic_write_text(rewrite_out, text, writer="tokens audit")
     if json_output:
         typer.echo(report.model_dump_json(indent=1))
     else:

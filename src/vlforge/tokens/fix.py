@@ -17,9 +17,7 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import shutil
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -30,6 +28,14 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from vlforge.errors import ConfigError, VlforgeError
+from vlforge.outputs import (
+    LEDGER,
+    STAGING_PREFIX,
+    atomic_write_json,
+    check_output_dir,
+    check_output_file,
+    staged_dir,
+)
 from vlforge.strict import StrictModel
 from vlforge.tokens import detect as det
 from vlforge.tokens.tokenizer import added_tokens, byte_invalid_ids, load_tokenizer, plain_pieces
@@ -161,13 +167,6 @@ def _new_rows(opts: FixOptions, emb: Embeddings, targets: list[int], tok, stats:
 
 
 def _write(opts: FixOptions, emb: Embeddings, new: dict[str, dict[int, torch.Tensor]]) -> None:
-    out = opts.out
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"--out {out}: exists and is not an empty directory (refusing to overwrite)")
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    out.parent.mkdir(parents=True, exist_ok=True)
     by_file: dict[Path, list[str]] = {}
     pairs = [(emb.input.name, emb.input), (emb.output.name, emb.output)]
     if emb.tied_copy is not None:
@@ -175,9 +174,10 @@ def _write(opts: FixOptions, emb: Embeddings, new: dict[str, dict[int, torch.Ten
     for name, src in pairs:
         if name in new and name not in by_file.get(src.file, []):
             by_file.setdefault(src.file, []).append(name)
-    try:
-        shutil.copytree(opts.model, tmp, ignore=lambda d, names: [
-            n for n in names if Path(d, n).resolve() in {f.resolve() for f in by_file}])
+    rewritten = {f.resolve() for f in by_file}
+    with staged_dir(opts.out, writer="tokens fix") as tmp:
+        shutil.copytree(opts.model, tmp, dirs_exist_ok=True, ignore=lambda d, names: [
+            n for n in names if Path(d, n).resolve() in rewritten or n == LEDGER or n.startswith(STAGING_PREFIX)])
         for file, names in by_file.items():
             tensors = {}
             with safe_open(str(file), framework="pt") as handle:
@@ -189,18 +189,16 @@ def _write(opts: FixOptions, emb: Embeddings, new: dict[str, dict[int, torch.Ten
                 for token_id, row in new[name].items():
                     weight[token_id] = row.to(weight.dtype)
             save_file(tensors, str(tmp / file.relative_to(opts.model)), metadata=metadata)
-        if out.exists():
-            out.rmdir()
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def fix_checkpoint(opts: FixOptions) -> FixReport:
     """Re-initialise the flagged rows of ``opts.model`` into a new checkpoint ``opts.out``."""
     if opts.out.resolve() == opts.model.resolve():
         raise ConfigError("--out must differ from --model (the fix writes a new checkpoint)")
+    check_output_dir(opts.out, flag="--out", mode="new",
+                     required_bytes=sum(f.stat().st_size for f in opts.model.rglob("*") if f.is_file()))
+    if opts.trainable_rows is not None:
+        check_output_file(opts.trainable_rows, flag="--trainable-rows")
     tok = load_tokenizer(opts.model)
     emb = open_embeddings(opts.model)
     stats = det.detect(emb, tokenizer_len=len(tok), byte_invalid_ids=byte_invalid_ids(tok),
@@ -215,9 +213,7 @@ def fix_checkpoint(opts: FixOptions) -> FixReport:
     if opts.trainable_rows is not None:
         payload = {"ids": targets, "tensors": sorted(new), "tied": emb.tied,
                    "note": "unfreeze these rows of these tensors (or the whole embeddings) during RL"}
-        tmp = opts.trainable_rows.with_name(opts.trainable_rows.name + ".tmp")
-        tmp.write_text(json.dumps(payload, indent=1))
-        os.replace(tmp, opts.trainable_rows)
+        atomic_write_json(opts.trainable_rows, payload, writer="tokens fix")
         trainable = str(opts.trainable_rows)
     log.info("fixed %d rows into %s", len(changes), opts.out)
     return FixReport(model=str(opts.model), out=str(opts.out), strategy=opts.strategy, seed=opts.seed,

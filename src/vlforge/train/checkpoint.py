@@ -7,8 +7,9 @@ Layout of ``OUTPUT_DIR/checkpoint-STEP/``:
 - ``rank-R.pt``: that rank's RNG states and data-pipeline state (plain data, read with ``weights_only=True``);
 - ``trainer_state.json``: step, scheduler state, world size, model source (written last).
 
-A checkpoint is written under ``.tmp-checkpoint-STEP`` and renamed when complete, so a killed run
-never leaves a partial ``checkpoint-*``.
+A checkpoint is written under ``.tmp-checkpoint-STEP``, sealed with a ledger of its files
+(:mod:`vlforge.outputs`) and renamed when complete, so a killed run never leaves a partial
+``checkpoint-*``. Replacing or pruning a checkpoint removes only the files its ledger lists.
 
 Example:
     >>> import pathlib, tempfile
@@ -27,13 +28,13 @@ import json
 import logging
 import random
 import re
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from vlforge import outputs
 from vlforge.errors import ConfigError
 from vlforge.train.dist import DistContext
 
@@ -100,11 +101,9 @@ def save_checkpoint(output_dir: Path, step: int, ctx: DistContext, model: torch.
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     final = output_dir / f"checkpoint-{step}"
-    tmp = output_dir / f".tmp-checkpoint-{step}"
+    tmp = outputs.staging_path(final)
     if ctx.is_main:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
+        outputs.make_staging(final, writer="train")
     ctx.barrier()
     model_sd, optim_sd = get_state_dict(model, optimizer)
     with quiet_single_process():
@@ -116,12 +115,13 @@ def save_checkpoint(output_dir: Path, step: int, ctx: DistContext, model: torch.
     if ctx.is_main:
         state = {"step": step, "world_size": ctx.world_size, "scheduler": scheduler.state_dict(), **meta}
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2, default=str), encoding="utf-8")
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        outputs.publish(tmp, final, writer="train")
         if keep is not None:
             for old in checkpoints(output_dir)[:-keep]:
-                shutil.rmtree(old, ignore_errors=True)
+                if not outputs.owned(old):
+                    logger.warning("not pruning %s (save_total_limit=%d): it has no vlforge ledger", old.name, keep)
+                    continue
+                outputs.remove_owned(old)
                 logger.info("removed old checkpoint %s (save_total_limit=%d)", old.name, keep)
         logger.info("saved %s", final)
     ctx.barrier()

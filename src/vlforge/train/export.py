@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import logging
 import shutil
-import tempfile
 from pathlib import Path
 
 from vlforge.errors import ConfigError
+from vlforge.outputs import check_output_dir, staged_dir
 from vlforge.train.checkpoint import STATE_FILE, WEIGHTS_DIR, quiet_single_process, read_state
 
 logger = logging.getLogger(__name__)
@@ -34,8 +34,13 @@ _SKIP_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json", ".lock")
 _SKIP_NAMES = {"config.json", "generation_config.json", "vlforge_tiny.json"}
 
 
-def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | None = None) -> Path:
-    """Write the model of ``checkpoint`` as a Hugging Face directory ``out``; returns ``out``."""
+def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | None = None,
+                      replace: bool = False) -> Path:
+    """Write the model of ``checkpoint`` as a Hugging Face directory ``out``; returns ``out``.
+
+    ``out`` must be new or empty; with ``replace`` it may also be an earlier vlforge export holding
+    nothing else (the training run's ``final/``). Nothing vlforge did not write is ever removed.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
@@ -44,8 +49,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
     checkpoint, out = Path(checkpoint), Path(out)
     if not (checkpoint / STATE_FILE).is_file():
         raise ConfigError(f"{checkpoint} is not a vlforge checkpoint (no {STATE_FILE})")
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"{out} exists and is not an empty directory; choose a new output directory")
+    out = check_output_dir(out, flag="export directory", mode="replace" if replace else "new",
+                           required_bytes=_weights_bytes(checkpoint))
     state = read_state(checkpoint)
     source = source or state.get("model_path") or state.get("model_source")
     if not source:
@@ -66,19 +71,18 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
         model = model.merge_and_unload()
         logger.info("merged the LoRA adapters into the base weights")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with staged_dir(out, writer="export") as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         written = {p.name for p in tmp.iterdir()}
         for item in Path(loaded.path).iterdir():
             if (item.is_file() and item.name not in written and item.name not in _SKIP_NAMES
-                    and not item.name.endswith(_SKIP_SUFFIXES)):
+                    and not item.name.startswith(".") and not item.name.endswith(_SKIP_SUFFIXES)):
                 shutil.copy2(item, tmp / item.name)
-        if out.exists():
-            out.rmdir()
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     logger.info("exported %s -> %s", checkpoint, out)
     return out
+
+
+def _weights_bytes(checkpoint: Path) -> int:
+    """About the export's size: a third of the checkpoint's DCP bytes (fp32 weights + AdamW's two moments)."""
+    weights = checkpoint / WEIGHTS_DIR
+    return sum(f.stat().st_size for f in weights.rglob("*") if f.is_file()) // 3 if weights.is_dir() else 0

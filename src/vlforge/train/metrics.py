@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vlforge.outputs import atomic_write_text, record
+
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
@@ -41,6 +43,7 @@ class MetricsLogger:
         if start_step > 0 and self.path.exists():
             self._truncate_after(start_step)
         self.file = self.path.open("a", encoding="utf-8")
+        record(self.path, writer="train", growing=True)
         if "tensorboard" in report_to:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -77,7 +80,7 @@ class MetricsLogger:
                 kept.append(line)
         if len(kept) != len(lines):
             logger.info("%s: dropped %d record(s) after resumed step %d", self.path, len(lines) - len(kept), step)
-            self.path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
 
     def __enter__(self) -> MetricsLogger:
         return self

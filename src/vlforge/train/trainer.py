@@ -28,13 +28,14 @@ from typing import Any
 
 import torch
 
-from vlforge.errors import ConfigError
+from vlforge.errors import ConfigError, OutputError
+from vlforge.outputs import check_output_dir, owned
 from vlforge.train import checkpoint as ckpt
 from vlforge.train.config import load_config
 from vlforge.train.data_setup import RankData, data_config, open_stream, processor_for
 from vlforge.train.dist import DistContext, init_distributed
 from vlforge.train.loss import label_count, token_loss_sum
-from vlforge.train.metrics import MetricsLogger
+from vlforge.train.metrics import METRICS_FILE, MetricsLogger
 from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler
 from vlforge.train.schema import TrainConfig
@@ -86,6 +87,7 @@ def count_steps(cfg: TrainConfig, data_cfg: Any, processor: Any, ctx: DistContex
     at the very end, not per epoch), so the count equals the steps the stream can feed; a fractional
     epoch count takes that share of them.
     """
+    logger.info("schedule: counting batches with one pass over the data (set training.max_steps to skip it)")
     stream = open_stream(data_cfg, processor, rank=ctx.data_rank, world_size=ctx.data_world, base_dir=base_dir)
     batches = sum(1 for _ in stream)
     stream.close()
@@ -127,8 +129,19 @@ class Trainer:
         self.output_dir = Path(cfg.checkpointing.output_dir)
 
     # -- set-up -----------------------------------------------------------------------------------
+    def check_outputs(self) -> None:
+        """Output paths checked before the model loads: one-line errors, nothing of the user's touched."""
+        check_output_dir(self.output_dir, flag="output_dir", mode="into")
+        if self.export:
+            check_output_dir(self.output_dir / FINAL_DIR, flag="output_dir", mode="replace")
+        metrics = self.output_dir / METRICS_FILE
+        if (metrics.exists() or metrics.is_symlink()) and not owned(metrics):
+            raise OutputError(f"output_dir: {metrics} exists and was not written by vlforge; move it away or "
+                              "choose another output_dir")
+
     def setup(self) -> None:
         cfg, ctx = self.cfg, self.ctx
+        self.check_outputs()
         seed_everything(cfg.training.seed)
         check_world(cfg.sp_ulysses_degree, ctx.world_size)
         self.tm: TrainModel = prepare_model(cfg, ctx)
@@ -309,12 +322,8 @@ class Trainer:
             if ctx.is_main:
                 from vlforge.train.export import export_checkpoint
 
-                target = self.output_dir / FINAL_DIR
-                if target.exists():
-                    import shutil
-
-                    shutil.rmtree(target)
-                export_checkpoint(last_saved, target)
+                logger.info("exporting %s to %s", last_saved.name, self.output_dir / FINAL_DIR)
+                export_checkpoint(last_saved, self.output_dir / FINAL_DIR, replace=True)
             ctx.barrier()
             result.export_dir = self.output_dir / FINAL_DIR
         return result
