@@ -11,6 +11,7 @@ Example (CPU, seconds):
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -32,11 +33,17 @@ console = Console(stderr=True)
 
 
 def _setup_logging(verbose: bool) -> None:
+    """Rich log lines in a terminal; plain, unwrapped ``LEVEL message`` lines in a log file or pipe."""
     root = logging.getLogger("vlforge")
-    if any(isinstance(h, RichHandler) for h in root.handlers):
+    if any(getattr(h, "_vlforge_cli", False) for h in root.handlers):
         return
-    handler = RichHandler(console=console, show_time=False, show_path=False, markup=False)
-    handler.setFormatter(logging.Formatter("%(message)s"))
+    if console.is_terminal:
+        handler: logging.Handler = RichHandler(console=console, show_time=False, show_path=False, markup=False)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)-7s %(message)s"))
+    handler._vlforge_cli = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
 
@@ -47,6 +54,9 @@ def _main(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Warnings and errors only.")] = False,
 ) -> None:
     _setup_logging(verbose)
+    # Hugging Face's own progress bars ("Loading weights") would interleave with vlforge's log lines;
+    # vlforge logs what it loads instead. HF_HUB_DISABLE_PROGRESS_BARS=0 brings them back.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if quiet:
         logging.getLogger("vlforge").setLevel(logging.WARNING)
 
@@ -125,8 +135,11 @@ def profile(
         dtype=dtype, device=device, attn=parse_list(attn, flag="--attn"), warmup=warmup, repeats=repeats,
         compare=parse_list(compare, flag="--compare"), trace_dir=trace,
     )
-    if plot is not None:
-        profile_job.require_matplotlib()  # fail before the run, not after it
+    if plot is not None:  # fail before the run, not after it
+        from vlforge.outputs import check_output_file
+
+        profile_job.require_matplotlib()
+        check_output_file(plot, flag="--plot")
     report = profile_job.run_profile(options)
     if plot is not None:
         profile_job.plot(report, plot)
@@ -214,13 +227,16 @@ def train(
         list[str] | None, typer.Argument(help="key=value overrides, e.g. training.max_steps=10.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only a JSON summary on stdout.")] = False,
+    token_audit: Annotated[bool, typer.Option("--token-audit/--no-token-audit", help="Audit the chat template's "
+                                              "special tokens at start-up (model.token_audit).")] = True,
 ) -> None:
     """Train in this process (for several: torchrun ... -m vlforge.train CONFIG); export to OUTPUT_DIR/final."""
     import json
 
     from vlforge.train.trainer import run
 
-    result = run(config, overrides or [], progress=not as_json and sys.stderr.isatty())
+    extra = [] if token_audit else ["model.token_audit=false"]
+    result = run(config, [*(overrides or []), *extra], progress=not as_json and sys.stderr.isatty())
     summary = {"output_dir": str(result.output_dir), "steps": result.steps, "losses": result.losses,
                "eval_losses": result.eval_losses, "checkpoint": str(result.checkpoint) if result.checkpoint else None,
                "export_dir": str(result.export_dir) if result.export_dir else None,
@@ -340,6 +356,8 @@ def extract(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda, ...")] = "auto",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace a cache of another model/options.")] = False,
     show_progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar (rank 0).")] = True,
+    token_audit: Annotated[bool, typer.Option("--token-audit/--no-token-audit", help="Audit the chat template's "
+                                              "special tokens at start-up (a few seconds).")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON summary on stdout.")] = False,
 ) -> None:
     """Extract features into a sharded, resumable cache (works under torchrun; see docs/extract.md)."""
@@ -353,7 +371,7 @@ def extract(
         layers=parse_list(layers, cast=int, flag="--layers"), dtype=dtype, batch_size=batch_size,
         shard_size=shard_size, format=fmt, num_workers=num_workers, on_error=on_error, attn_implementation=attn,
         id_field=id_field, weights_hash=weights_hash, device=device, overwrite=overwrite,
-        progress=show_progress and not as_json,
+        token_audit=token_audit, progress=show_progress and not as_json,
     )
     if as_json:
         typer.echo(json.dumps(summary.to_dict(), indent=2))

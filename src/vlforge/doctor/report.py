@@ -92,6 +92,8 @@ def tokens_audit(tokens: bool | TokenOptions, checkpoint: Path | None) -> Tokens
     if tokens is False:
         return TokensAudit("off", "--no-tokens")
     options = tokens if isinstance(tokens, TokenOptions) else TokenOptions()
+    logger.info("tokens audit of %s: checking the chat template's special tokens (a few seconds; off with "
+                "--no-token-audit in train/extract, --no-tokens in doctor)", checkpoint or "in-memory model")
     start = time.perf_counter()
     audit = run_tokens_audit(checkpoint, options)
     logger.info("tokens audit of %s: %s%s (%.1f s)", checkpoint or "in-memory model", audit.status,

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -110,6 +111,7 @@ def preset_path(preset: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         with _locked(path.parent / f".{name}.lock"):  # ranks of one job may ask at the same time
             if not (path / tiny.MARKER).is_file():
+                logger.info("writing the tiny %s checkpoint of preset %s (once, a few seconds)", family, preset)
                 tiny.write_tiny(family, path, seed=seed, tie_word_embeddings=tied)
     return path
 
@@ -190,6 +192,8 @@ def load(
     source = os.fspath(path_or_preset)
     path = resolve(path_or_preset)
     ensure_processor_support()
+    started = time.perf_counter()
+    logger.info("loading %s ...", source)
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as error:
@@ -219,7 +223,8 @@ def load(
             tokenizer = getattr(loaded, "tokenizer", None)
     elif (path / "tokenizer_config.json").is_file() or (path / "tokenizer.json").is_file():
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    logger.info("loaded %s (%s, %s) from %s", source, config.model_type, torch_dtype, path)
+    logger.info("loaded %s (%s, %s) from %s in %.1f s", source, config.model_type, torch_dtype, path,
+                time.perf_counter() - started)
     return LoadedModel(
         model=model,
         processor=loaded_processor,

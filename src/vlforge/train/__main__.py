@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write((__doc__ or "") + "\n")
         return 0 if args else 2
     rank = int(os.environ.get("RANK", "0"))
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # vlforge logs what it loads instead
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
                         format=f"[rank {rank}] %(levelname)s %(name)s: %(message)s")
     from vlforge.train.trainer import run

@@ -136,7 +136,8 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
     if cfg.model.patch:
         report = vlforge.patch(model, precision=cfg.model.patch_precision)
         logger.info("patch: %s", report.summary())
-    guard(model, "bfloat16" if bf16 else "float32", precision=cfg.model.patch_precision)
+    guard(model, "bfloat16" if bf16 else "float32", precision=cfg.model.patch_precision,
+          tokens=cfg.model.token_audit)
     if cfg.model.freeze_modules:
         count = freeze(model, cfg.model.freeze_modules)
         logger.info("froze %d parameters under %s", count, ", ".join(cfg.model.freeze_modules))

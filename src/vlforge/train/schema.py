@@ -214,6 +214,9 @@ class ModelConfig(Section):
     """Apply ``vlforge.patch`` (patch-embedding convolutions as one GEMM) after loading."""
     patch_precision: Literal["native", "fp32"] = "native"
     """Precision of the patched GEMM: the input's own dtype, or fp32 then cast back."""
+    token_audit: bool = True
+    """Audit the chat template's special tokens for untrained rows at start-up (a few seconds; see
+    docs/tokens.md); ``vlforge train --no-token-audit`` sets it to false."""
 
     @field_validator("freeze_modules", mode="before")
     @classmethod
