@@ -76,7 +76,7 @@ def test_recorded_file_is_owned_until_someone_else_changes_it(tmp_path: Path) ->
     check_output_file(path, flag="--plot")  # ours: may be replaced
     os.utime(path, ns=(1, 1))  # a user rewrote it (different mtime)
     assert not owned(path)
-    with pytest.raises(OutputError, match="--plot .*not written by vlforge"):
+    with pytest.raises(OutputError, match=r"--plot .*not written by vlforge"):
         check_output_file(path, flag="--plot")
 
 
@@ -96,11 +96,11 @@ def test_publish_replaces_only_a_clean_vlforge_output(tmp_path: Path) -> None:
         (stage / "v2").write_text("2")
     assert set(_tree(tmp_path / "out")) == {"v2", LEDGER}
     (tmp_path / "out" / "user.txt").write_text("mine")
-    with pytest.raises(OutputError, match="user.txt"):
+    with pytest.raises(OutputError, match=r"user\.txt"):
         check_output_dir(tmp_path / "out", flag="OUT", mode="replace")
     stage = make_staging(tmp_path / "out", writer="test", unique=True)
     (stage / "v3").write_text("3")
-    with pytest.raises(OutputError, match="user.txt"):
+    with pytest.raises(OutputError, match=r"user\.txt"):
         publish(stage, tmp_path / "out", writer="test")
     assert (tmp_path / "out" / "user.txt").read_text() == "mine"
 
@@ -142,7 +142,7 @@ def test_check_output_dir_errors_name_the_path(tmp_path: Path, mode: str) -> Non
 
 
 def test_check_output_dir_free_space(tmp_path: Path) -> None:
-    with pytest.raises(OutputError, match="needs about .* free"):
+    with pytest.raises(OutputError, match=r"needs about .* free"):
         check_output_dir(tmp_path / "big", flag="--out", required_bytes=1 << 62)
 
 

@@ -335,9 +335,13 @@ def _nearest_existing(path: Path) -> Path:
     return Path(path.anchor or ".")
 
 
-def _check_writable_place(path: Path, flag: str, required_bytes: int | None) -> None:
-    """``path`` (absent, or a directory) can be created or written into; enough free space when known."""
+def _check_writable_place(path: Path, flag: str, required_bytes: int | None, shown: Path | None = None) -> None:
+    """``path`` (absent, or a directory) can be created or written into; enough free space when known.
+
+    Errors name ``shown`` (the output the user gave) when it differs from ``path`` (its directory).
+    """
     anchor = _nearest_existing(path)
+    path = shown or path
     if not anchor.is_dir():
         raise OutputError(f"{flag} {path}: {anchor} is a file, not a directory")
     try:
@@ -394,5 +398,5 @@ def check_output_file(path: str | os.PathLike[str], *, flag: str, required_bytes
     if path.exists() and not owned(path):
         raise OutputError(f"{flag} {path}: exists and was not written by vlforge; refusing to overwrite it "
                           "(remove it or choose another path)")
-    _check_writable_place(path.parent, flag, required_bytes)
+    _check_writable_place(path.parent, flag, required_bytes, shown=path)
     return path
