@@ -16,9 +16,11 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from vlforge.errors import VlforgeError
 
@@ -377,12 +379,28 @@ def extract(
         typer.echo(json.dumps(summary.to_dict(), indent=2))
 
 
+def _hide_flag_types() -> None:
+    """typer 0.29 shows every boolean flag as ``--verbose -v <bool>`` as if it took a value: blank the type
+    of flags in help output (called by :func:`main` only, so library users' typer apps are untouched)."""
+    option = typer.core.TyperOption
+    if getattr(option.display_type_rich, "_vlforge", False):
+        return
+    original = option.display_type_rich
+
+    def display_type_rich(self: click.Option, ctx: click.Context) -> str | None:
+        return None if self.is_flag else original(self, ctx)
+
+    display_type_rich._vlforge = True  # type: ignore[attr-defined]
+    option.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
 def main() -> None:
     """Console-script entry point: user errors become one line on stderr and a non-zero exit."""
     try:
+        _hide_flag_types()
         app()
     except VlforgeError as error:
-        console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+        console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
         sys.exit(error.exit_code)
 
 
