@@ -58,7 +58,7 @@ def train_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subproces
 
 
 def test_train_json_summary_and_opt_out_of_the_token_audit(train_run) -> None:
-    tmp, proc = train_run
+    _tmp, proc = train_run
     summary = assert_json_only(proc)
     assert summary["steps"] == 1 and Path(summary["export_dir"]).is_dir()
     assert "tokens audit" not in proc.stderr  # --no-token-audit

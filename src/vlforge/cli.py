@@ -23,6 +23,7 @@ from rich.logging import RichHandler
 from rich.markup import escape
 
 from vlforge.errors import VlforgeError
+from vlforge.tables import report_console
 
 app = typer.Typer(
     name="vlforge",
@@ -92,7 +93,7 @@ def demo(
     """Tiny Qwen3-VL through doctor, patch, profile, verify, speed, train and extract, measured here."""
     from vlforge import demo as demo_job
 
-    demo_job.run(console=Console(), seconds=seconds)
+    demo_job.run(console=report_console(), seconds=seconds)
 
 
 # --- further commands register below (doctor, tokens, profile, verify, validate, train, export, extract) ---
@@ -148,7 +149,7 @@ def profile(
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     else:
-        profile_job.render(report, Console(), per_block=per_block)
+        profile_job.render(report, report_console(), per_block=per_block)
 
 
 @app.command()
@@ -189,7 +190,7 @@ def verify(
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
     else:
-        verify_job.render(report, Console())
+        verify_job.render(report, report_console())
     if not report.passed:
         for check in report.checks:
             if not check.passed:

@@ -13,6 +13,7 @@ from rich.console import Console
 from vlforge.doctor.render import render
 from vlforge.doctor.report import DEFAULT_BENCH_SECONDS, report
 from vlforge.doctor.tokens import TokenOptions
+from vlforge.tables import report_console
 
 
 def token_options(
@@ -38,7 +39,7 @@ def run(
 ) -> int:
     """Diagnose, print, and return 0 (nothing above info), 1 (warnings) or 2 (errors)."""
     rep = report(model, dtype, assume, bench, windows=windows, bench_seconds=bench_seconds, tokens=tokens)
-    console = console or Console()
+    console = console or report_console()
     if json_output:
         # Plain write: no rich markup or wrapping may touch the JSON.
         console.file.write(rep.to_json() + "\n")

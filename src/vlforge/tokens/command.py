@@ -16,11 +16,13 @@ from rich.console import Console
 from vlforge.cli_args import build_options
 from vlforge.errors import ConfigError
 from vlforge.outputs import atomic_write_text, check_output_file
+from vlforge.tables import report_console
 
 
 def _console() -> Console:
     """stdout console, at least 140 columns wide so the tables stay readable in logs and pipes."""
-    return Console(width=max(Console().width, 140))
+    console = report_console()
+    return console if not console.is_terminal else Console(width=max(console.width, 140))
 
 
 def resolve_model(model: Path | str | None) -> Path | None:
