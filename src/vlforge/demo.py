@@ -24,6 +24,7 @@ from vlforge.doctor.bench import measure_conv
 from vlforge.doctor.rules import Measurement
 from vlforge.errors import VlforgeError
 from vlforge.profile import ProfileOptions, compare_table, run_profile
+from vlforge.tables import print_table
 from vlforge.verify import VerifyOptions, run_verify
 
 logger = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def run(console: Console, seconds: float = 20.0) -> None:
     for entry in report.patched:
         table.add_row(entry.name, entry.conv, "x".join(map(str, entry.kernel)),
                       f"{entry.in_features} -> {entry.out_features}", entry.precision)
-    console.print(table)
+    print_table(console, table)
 
     console.rule("[bold]3. vlforge profile --compare stock,patched")
     with _quiet("vlforge.patches"):
@@ -127,7 +128,7 @@ def run(console: Console, seconds: float = 20.0) -> None:
             loaded=loaded,
         )
     for comparison in profile.comparisons:
-        console.print(compare_table(comparison, per_block=False))
+        print_table(console, compare_table(comparison, per_block=False))
 
     console.rule("[bold]4. vlforge verify: stock vs patched on the same weights and inputs")
     with _quiet("vlforge.patches"):
@@ -146,7 +147,7 @@ def run(console: Console, seconds: float = 20.0) -> None:
             if times:
                 table.add_row(row.dtype, label, f"{times['conv']:.1f}", f"{times['gemm']:.1f}",
                               f"{times['conv'] / times['gemm']:.1f}x")
-    console.print(table)
+    print_table(console, table)
 
     examples = examples_dir()
     if examples is None:

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vlforge.doctor.report import DoctorReport
+from vlforge.tables import print_table
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _SHOWN_FACTS = (
@@ -62,17 +63,17 @@ def measurements_table(rep: DoctorReport) -> Table:
 
 def render(rep: DoctorReport, console: Console) -> None:
     """Print facts, measurements and findings tables, then the verdict line."""
-    console.print(facts_table(rep))
+    print_table(console, facts_table(rep))
     if rep.model is not None:
         convs = [c for c in rep.model.convs if c.weight_ndim == 5 or c.patchable]
         console.print(f"model: {rep.model_source or rep.model.model_type or 'in memory'} "
                       f"({rep.model.model_type or 'unknown type'}), {len(convs)} patch-like conv(s)")
     if rep.measurements:
-        console.print(measurements_table(rep))
+        print_table(console, measurements_table(rep))
     elif rep.bench.status == "skipped":
         console.print(f"[dim]measurement skipped: {rep.bench.reason}[/]")
     if rep.findings:
-        console.print(findings_table(rep))
+        print_table(console, findings_table(rep))
     style = {"ok": "bold green", "warning": "bold yellow", "error": "bold red"}[rep.verdict]
     counts = {s: sum(f.severity == s for f in rep.findings) for s in ("error", "warning", "info")}
     console.print(f"[{style}]doctor: {rep.verdict}[/] ({counts['error']} error(s), {counts['warning']} "

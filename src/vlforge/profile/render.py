@@ -18,6 +18,7 @@ from rich.table import Table
 from vlforge.errors import VlforgeError
 from vlforge.outputs import atomic_write_bytes
 from vlforge.profile.report import Comparison, ProfileReport, RunProfile
+from vlforge.tables import print_table
 
 _TOTALS = ("vision.blocks", "vision", "text.layers", "text")
 
@@ -92,7 +93,7 @@ def compare_table(comparison: Comparison, *, per_block: bool = True) -> Table:
 
 
 def render(report: ProfileReport, console: Console, *, per_block: bool = True) -> None:
-    """Print the header, one table per run and one per comparison."""
+    """Print the header, one table per run and one per comparison (whole on a pipe: :mod:`vlforge.tables`)."""
     console.print(f"[bold]vlforge profile[/] {report.model} ({report.family}) · {report.input} · "
                   f"pixel_values {report.pixel_values_shape} · {report.sequence_length} tokens · {report.dtype} on "
                   f"{report.device} ({report.threads} threads) · warmup {report.warmup}, repeats {report.repeats}")
@@ -102,13 +103,13 @@ def render(report: ProfileReport, console: Console, *, per_block: bool = True) -
     for attn, why in report.skipped_attn.items():
         console.print(f"[yellow]skipped attn={attn}: {why}[/]")
     for run in report.runs:
-        console.print(run_table(report, run, per_block=per_block))
+        print_table(console, run_table(report, run, per_block=per_block))
         if run.anomalies:
             console.print(f"top anomaly: [bold]{run.anomalies[0]}[/]")
         if run.trace:
             console.print(f"trace: {run.trace}")
     for comparison in report.comparisons:
-        console.print(compare_table(comparison, per_block=per_block))
+        print_table(console, compare_table(comparison, per_block=per_block))
 
 
 def require_matplotlib() -> Any:

@@ -20,9 +20,8 @@ from vlforge.tables import report_console
 
 
 def _console() -> Console:
-    """stdout console, at least 140 columns wide so the tables stay readable in logs and pipes."""
-    console = report_console()
-    return console if not console.is_terminal else Console(width=max(console.width, 140))
+    """The stdout console (its tables print whole in logs and pipes: :func:`vlforge.tables.print_table`)."""
+    return report_console()
 
 
 def resolve_model(model: Path | str | None) -> Path | None:

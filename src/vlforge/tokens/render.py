@@ -11,6 +11,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from vlforge.tables import print_table
 from vlforge.tokens.audit import AuditReport
 from vlforge.tokens.fix import FixReport
 
@@ -36,7 +37,7 @@ def print_audit(report: AuditReport, console: Console) -> None:
                      "yes" if any(f.added) else "no", "yes" if any(f.special) else "no",
                      "yes" if f.stripped_by_skip_special else "no",
                      f"[{STYLE[f.verdict]}]{f.verdict}[/]")
-    console.print(tags)
+    print_table(console, tags)
     ids = Table(title="ids (generated and prefilled tags)")
     for col in ("id", "piece", "verdict", "dist/median", "percentile", "input norm/median", "repeat p"):
         ids.add_column(col)
@@ -52,7 +53,7 @@ def print_audit(report: AuditReport, console: Console) -> None:
                         + (" (reference)" if r.reference else ""), _fmt(r.distance_ratio),
                         _fmt(r.percentile, 1), _fmt(r.input_norm_ratio), _fmt(r.verify_prob, 4))
     if seen:
-        console.print(ids)
+        print_table(console, ids)
     for s in report.suggestions:
         alts = "; ".join(" ".join(f"{o!r}->{n!r}" for o, n in a.mapping.items()) for a in s.alternatives)
         console.print(f"alternatives for {', '.join(map(repr, s.tags))}: {alts or 'none found'}", highlight=False)
@@ -78,6 +79,6 @@ def print_fix(report: FixReport, console: Console) -> None:
         norms = ", ".join(f"{r.norm_before[k]:.3g}->{r.norm_after[k]:.3g}" for k in r.tensors)
         table.add_row(str(r.id), repr(r.token), r.verdict_before, r.strategy, str(r.pieces),
                       ", ".join(r.tensors), norms)
-    console.print(table)
+    print_table(console, table)
     if report.trainable_rows:
         console.print(f"trainable rows written to {report.trainable_rows}", highlight=False)

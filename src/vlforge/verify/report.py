@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.table import Table
 
+from vlforge.tables import print_table
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -113,7 +115,7 @@ def render(report: VerifyReport, console: Console) -> None:
     for layer in report.layers:
         layers.add_row(layer.name, "x".join(map(str, layer.input_shape)), f"{layer.fp32_max_abs_diff:.3g}",
                        f"{layer.fp32_mean_abs_diff:.3g}", f"{layer.bf16_cosine:.7f}", f"{layer.bf16_max_abs_diff:.3g}")
-    console.print(layers)
+    print_table(console, layers)
     tower, e2e = report.tower, report.end_to_end
     console.print(f"vision tower [cyan]{tower.module}[/] ({report.dtype}): pooled cosine per sample "
                   + ", ".join(f"{c:.6f}" for c in tower.pooled_cosines) + f"; max |Δ| {tower.max_abs_diff:.3g}")
@@ -130,13 +132,13 @@ def render(report: VerifyReport, console: Console) -> None:
         for row in report.honesty:
             where = row.level if not row.module else f"{row.level} {row.module}"
             honesty.add_row(where, row.variant, row.reference, f"{row.max_abs:.3g}", f"{row.relative_rms:.3g}")
-        console.print(honesty)
+        print_table(console, honesty)
     checks = Table(title="checks", title_justify="left")
     for header in ("check", "value", "threshold", "at", "result"):
         checks.add_column(header)
     for check in report.checks:
         result = "[bold green]pass[/]" if check.passed else "[bold red]FAIL[/]"
         checks.add_row(check.name, f"{check.value:.6g}", f"{check.op} {check.threshold:g}", check.where, result)
-    console.print(checks)
+    print_table(console, checks)
     colour = "green" if report.passed else "red"
     console.print(f"[bold {colour}]verdict: {report.verdict()}[/]")
