@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import vlforge
@@ -143,11 +144,16 @@ def run(console: Console, seconds: float = 20.0) -> None:
     for column in ("dtype", "pass", "stock Conv3d ms", "vlforge GEMM ms", "speed-up"):
         table.add_column(column, justify="right")
     for row in rows:
-        for label, times in (("forward", row.forward_ms), ("fwd+bwd", row.train_ms or {})):
-            if times:
-                table.add_row(row.dtype, label, f"{times['conv']:.1f}", f"{times['gemm']:.1f}",
-                              f"{times['conv'] / times['gemm']:.1f}x")
+        for label, times, ratio, repeats in (("forward", row.forward_ms, row.ratio_forward, row.repeats),
+                                             ("fwd+bwd", row.train_ms or {}, row.ratio_train, row.train_repeats)):
+            if times:  # within the budget a figure may be one call's time, or not measured (row.note says)
+                figures = [("not measured" if k not in times else f"{times[k]:.1f}" + (" (1 call)" if not repeats else ""))
+                           for k in ("conv", "gemm")]
+                table.add_row(row.dtype, label, *figures, "-" if ratio is None else f"{ratio:.1f}x")
     print_table(console, table)
+    for row in rows:
+        if row.note:
+            console.print(f"[yellow]{row.dtype}: {escape(row.note)}[/]")
 
     examples = examples_dir()
     if examples is None:

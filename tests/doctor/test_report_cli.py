@@ -20,7 +20,9 @@ FINDING_KEYS = {"rule": str, "severity": str, "subject": str, "message": str, "f
                 "source": str, "facts": dict, "action": (str, type(None))}
 MEASUREMENT_KEYS = {"convs": list, "kernel": list, "in_channels": int, "out_channels": int, "windows": int,
                     "device": str, "dtype": str, "repeats": int, "forward_ms": dict,
-                    "train_ms": (dict, type(None)), "ratio_forward": float, "ratio_train": (float, type(None))}
+                    "train_ms": (dict, type(None)), "train_repeats": (int, type(None)), "extrapolated": bool,
+                    "complete": bool, "note": (str, type(None)), "ratio_forward": (float, type(None)),
+                    "ratio_train": (float, type(None))}
 
 
 def check_schema(doc: dict) -> None:
@@ -46,7 +48,11 @@ def check_schema(doc: dict) -> None:
         assert set(m) == set(MEASUREMENT_KEYS)
         for key, kind in MEASUREMENT_KEYS.items():
             assert isinstance(m[key], kind), key
-        assert set(m["forward_ms"]) == {"conv", "gemm"}
+        assert set(m["forward_ms"]) <= {"conv", "gemm"}  # a variant the budget did not reach is absent
+        assert (m["ratio_forward"] is None) == (set(m["forward_ms"]) != {"conv", "gemm"})
+        assert m["complete"] == (m["note"] is None)
+        if m["complete"]:
+            assert set(m["forward_ms"]) == {"conv", "gemm"} and m["repeats"] >= 1 and not m["extrapolated"]
     severities = {f["severity"] for f in doc["findings"]}
     expected_code = 2 if "error" in severities else 1 if "warning" in severities else 0
     assert doc["exit_code"] == expected_code

@@ -2,6 +2,14 @@
 realistic number of windows, forward and forward+backward. The timing itself (shared with
 ``precision="auto"``) is :mod:`vlforge.patches.timing`.
 
+``seconds`` is a budget for the whole measurement: the forward pass gets half of it (all of it
+without ``backward``), forward+backward what is left, and it starts only when its expected cost
+(:data:`TRAIN_COST_FACTOR` times the forward figures) fits. A figure that had to come from one
+call is marked (``Measurement.extrapolated``); a variant or pass the budget did not reach is
+reported as not measured (``Measurement.note``), never estimated. Before the clock starts, one
+untimed call of each variant on a single window pays the process's one-time costs
+(:func:`~vlforge.patches.timing.prime`).
+
 Example (CPU, well under a second):
     >>> import torch
     >>> from vlforge.doctor.bench import measure_conv
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,12 +32,14 @@ from torch import nn
 
 from vlforge.doctor.model_info import ConvInfo, ModelInfo
 from vlforge.doctor.rules import Measurement
-from vlforge.patches.timing import conv_variants, time_variants, timing_conv
+from vlforge.patches.timing import VariantTimes, conv_variants, prime, time_variants, timing_conv
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_IMAGE_PIXELS = 1024 * 1024
 """Default workload: one 1024x1024 image (capped by the processor's max_pixels when smaller)."""
+TRAIN_COST_FACTOR = 3.0
+"""Expected forward+backward time per call, in forward calls (measured 2.3x-3.4x on CPU for conv and GEMM)."""
 
 
 def measure_conv(
@@ -55,15 +66,42 @@ def measure_conv(
         dtype = _torch_dtype(dtype or conv.dtype)
         kernel = tuple(conv.kernel)
     shape = (windows, conv.in_channels, *kernel)
-    budget = seconds / 2 if backward else seconds
     with torch.inference_mode(False), torch.no_grad():
         stock = timing_conv(conv, device, dtype)
-        forward, repeats = time_variants(conv_variants(stock, shape, device, dtype, train=False), device, budget)
-    train = None
+        prime(stock, shape, device, dtype, train=False)
     if backward:
         stock.requires_grad_(True)
         with torch.inference_mode(False), torch.enable_grad():
-            train, _ = time_variants(conv_variants(stock, shape, device, dtype, train=True), device, budget)
+            prime(stock, shape, device, dtype, train=True)
+        stock.requires_grad_(False)
+    started = time.perf_counter()
+    with torch.inference_mode(False), torch.no_grad():
+        x = torch.randn(*shape, device=device, dtype=dtype)  # one input for both passes, made inside the budget
+        share = (seconds / 2 if backward else seconds) - (time.perf_counter() - started)
+        forward = time_variants(conv_variants(stock, shape, device, dtype, train=False, x=x), device, share)
+    notes = [f"fwd: {forward.describe()}"] if not forward.complete else []
+    train: VariantTimes | None = None
+    if backward and not forward.complete:
+        notes.append("fwd+bwd not measured")
+    elif backward:
+        expected = {name: TRAIN_COST_FACTOR * value for name, value in forward.seconds.items()}
+        left = seconds - (time.perf_counter() - started)
+        if sum(expected.values()) <= left:  # else not even one call of each fits: no ratio could come of it
+            stock.requires_grad_(True)
+            with torch.inference_mode(False), torch.enable_grad():
+                variants = conv_variants(stock, shape, device, dtype, train=True, x=x)
+                left = seconds - (time.perf_counter() - started)
+                train = time_variants(variants, device, left, estimates=expected)
+        if train is None or not train.seconds:
+            notes.append(f"fwd+bwd not measured (one call each expected to take {1000 * sum(expected.values()):.3g} "
+                         f"ms, {1000 * max(left, 0):.3g} ms left)")
+            train = None
+        elif not train.complete:
+            notes.append(f"fwd+bwd: {train.describe()}")
+    note = None
+    if notes:
+        note = f"budget {seconds:.3g} s: " + "; ".join(notes)
+        logger.info("measurement of %s is partial: %s", ", ".join(names) or "conv", note)
     return Measurement(
         convs=list(names),
         kernel=kernel,
@@ -72,9 +110,12 @@ def measure_conv(
         windows=windows,
         device=str(device),
         dtype=str(dtype).removeprefix("torch."),
-        repeats=repeats,
-        forward_ms={k: v * 1000 for k, v in forward.items()},
-        train_ms=None if train is None else {k: v * 1000 for k, v in train.items()},
+        repeats=forward.repeats,
+        forward_ms={k: v * 1000 for k, v in forward.seconds.items()},
+        train_ms=None if train is None else {k: v * 1000 for k, v in train.seconds.items()},
+        train_repeats=None if train is None else train.repeats,
+        extrapolated=forward.extrapolated or (train is not None and train.extrapolated),
+        note=note,
     )
 
 
@@ -94,18 +135,22 @@ def measure_model(
     seconds: float = 10.0,
     backward: bool = True,
 ) -> list[Measurement]:
-    """One measurement per distinct patchable conv shape of the model, splitting ``seconds`` between them."""
+    """One measurement per distinct patchable conv shape of the model, within ``seconds`` in all (a shape the
+    budget did not reach is a Measurement with no figures and a note)."""
     groups: dict[tuple[Any, ...], list[ConvInfo]] = {}
     for conv in info.convs:
         if conv.patchable:
             groups.setdefault(conv.signature, []).append(conv)
     results = []
-    for convs in groups.values():
+    started = time.perf_counter()
+    for index, convs in enumerate(groups.values()):
         first = convs[0]
         n = windows or default_windows(first, info.processor_max_pixels)
+        left = seconds - (time.perf_counter() - started)
+        # Each shape gets an equal share of what is left (a fast shape leaves more to the next).
         results.append(
             measure_conv(first, n, device=device, dtype=dtype, backward=backward,
-                         seconds=seconds / len(groups), names=[c.name for c in convs])
+                         seconds=max(left, 0.0) / (len(groups) - index), names=[c.name for c in convs])
         )
         logger.debug("measured %s: %s", first.name, results[-1])
     return results

@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vlforge.doctor.report import DoctorReport
@@ -48,16 +49,25 @@ def findings_table(rep: DoctorReport) -> Table:
     return table
 
 
+def _ms(times: dict[str, float] | None, name: str, single: bool) -> str:
+    if times is None:
+        return "-"
+    if name not in times:
+        return "[yellow]not measured[/]"
+    return f"{times[name]:.3g}" + (" [yellow](1 call)[/]" if single else "")
+
+
 def measurements_table(rep: DoctorReport) -> Table:
     table = Table(title="measurement (median ms per call)", show_header=True, header_style="bold")
     for column in ("convs", "shape", "fwd conv", "fwd GEMM", "fwd+bwd conv", "fwd+bwd GEMM", "ratio"):
         table.add_column(column, overflow="fold")
     for m in rep.measurements:
-        train = m.train_ms or {}
         shape = f"{m.windows}x{m.in_channels}x{'x'.join(map(str, m.kernel))} -> {m.out_channels} {m.dtype} {m.device}"
-        table.add_row(", ".join(m.convs), shape, f"{m.forward_ms['conv']:.3g}", f"{m.forward_ms['gemm']:.3g}",
-                      f"{train['conv']:.3g}" if train else "-", f"{train['gemm']:.3g}" if train else "-",
-                      f"{m.ratio_forward:.2f}x" + (f" / {m.ratio_train:.2f}x" if m.ratio_train else ""))
+        fwd_single, train_single = m.repeats == 0, m.train_repeats == 0
+        ratios = " / ".join(f"{r:.2f}x" for r in (m.ratio_forward, m.ratio_train) if r is not None) or "-"
+        table.add_row(", ".join(m.convs), shape, _ms(m.forward_ms, "conv", fwd_single),
+                      _ms(m.forward_ms, "gemm", fwd_single), _ms(m.train_ms, "conv", train_single),
+                      _ms(m.train_ms, "gemm", train_single), ratios)
     return table
 
 
@@ -70,6 +80,10 @@ def render(rep: DoctorReport, console: Console) -> None:
                       f"({rep.model.model_type or 'unknown type'}), {len(convs)} patch-like conv(s)")
     if rep.measurements:
         print_table(console, measurements_table(rep))
+        for m in rep.measurements:
+            if m.note:
+                console.print(f"[yellow]partial measurement of {', '.join(m.convs)}: {escape(m.note)}[/] (figures "
+                              "marked '1 call' are one call's time; a ratio needs both figures of its pass)")
     elif rep.bench.status == "skipped":
         console.print(f"[dim]measurement skipped: {rep.bench.reason}[/]")
     if rep.findings:

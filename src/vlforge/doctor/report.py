@@ -31,7 +31,8 @@ DEFAULT_BENCH_SECONDS = 5.0
 
 @dataclass
 class BenchStatus:
-    """Whether the measurement ran: ``measured``, ``skipped`` (with the reason) or ``off``."""
+    """Whether the measurement ran: ``measured`` (``reason`` set when the budget left it partial),
+    ``skipped`` (with the reason) or ``off``."""
 
     status: str = "off"
     reason: str | None = None
@@ -182,4 +183,9 @@ def _run_bench(
         return BenchStatus("skipped", f"measurement failed: {str(error).splitlines()[0]}")
     first = next(c for c in info.convs if c.patchable)
     used = windows or default_windows(first, info.processor_max_pixels)
-    return BenchStatus("measured", None, seconds, used)
+    partial = [m for m in out if not m.complete]
+    reason = None
+    if partial:  # the figures that are there are real; what the budget did not reach is said, not estimated
+        reason = (f"partial: the {seconds:g} s budget did not fit every figure of {len(partial)} of {len(out)} "
+                  "conv shape(s) (see each measurement's note; --bench-seconds raises it)")
+    return BenchStatus("measured", reason, seconds, used)

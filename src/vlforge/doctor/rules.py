@@ -15,7 +15,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -104,7 +103,12 @@ def cudnn_920_bf16_backward(ctx: Context, conv: ConvInfo | None) -> bool:
 
 @dataclass
 class Measurement:
-    """Stock conv vs vlforge GEMM at one conv shape on the actual device (filled by ``bench.py``)."""
+    """Stock conv vs vlforge GEMM at one conv shape on the actual device (filled by ``bench.py``).
+
+    Within a time budget a figure may be one call's time (``extrapolated``) or missing (that variant
+    was not measured); ``note`` then says which. A ratio needs both of its pass's figures, so a
+    variant that was not measured never yields a ratio, a finding or a verdict.
+    """
 
     convs: list[str]
     """Names of the model's convs with this shape."""
@@ -115,35 +119,54 @@ class Measurement:
     device: str
     dtype: str
     repeats: int
+    """Timed repeats of the forward figures (0: single calls, or not measured)."""
     forward_ms: dict[str, float]
-    """Median milliseconds per call: ``{"conv": ..., "gemm": ...}``."""
+    """Median milliseconds per call: ``{"conv": ..., "gemm": ...}``; a variant not measured is absent."""
     train_ms: dict[str, float] | None
     """Median milliseconds of forward + backward, or None when not measured."""
+    train_repeats: int | None = None
+    """Timed repeats of the forward+backward figures (None when that pass did not run)."""
+    extrapolated: bool = False
+    """Some figure is a single (warm-up) call's time: the budget fitted no timed repeat."""
+    note: str | None = None
+    """What is partial and why (None when every figure is a median of timed repeats)."""
 
     @property
-    def ratio_forward(self) -> float:
-        return self.forward_ms["conv"] / max(self.forward_ms["gemm"], 1e-9)
+    def complete(self) -> bool:
+        return self.note is None
+
+    @staticmethod
+    def _ratio(times: dict[str, float] | None) -> float | None:
+        if not times or "conv" not in times or "gemm" not in times:
+            return None
+        return times["conv"] / max(times["gemm"], 1e-9)
+
+    @property
+    def ratio_forward(self) -> float | None:
+        """conv / GEMM forward time, or None when either was not measured."""
+        return self._ratio(self.forward_ms)
 
     @property
     def ratio_train(self) -> float | None:
-        if self.train_ms is None:
-            return None
-        return self.train_ms["conv"] / max(self.train_ms["gemm"], 1e-9)
+        return self._ratio(self.train_ms)
 
     @property
-    def ratio(self) -> float:
-        """The larger of the forward and forward+backward ratios (conv time / GEMM time)."""
-        ratios = [self.ratio_forward] + ([self.ratio_train] if self.ratio_train is not None else [])
-        return max(ratios)  # type: ignore[arg-type]
+    def ratios(self) -> list[float]:
+        return [r for r in (self.ratio_forward, self.ratio_train) if r is not None]
+
+    @property
+    def ratio(self) -> float | None:
+        """The larger of the forward and forward+backward ratios (conv time / GEMM time); None if neither."""
+        return max(self.ratios, default=None)
 
     @property
     def gemm_slower(self) -> bool:
-        ratios = [self.ratio_forward] + ([self.ratio_train] if self.ratio_train is not None else [])
-        return all(r < 1.0 for r in ratios if r is not None)
+        return bool(self.ratios) and all(r < 1.0 for r in self.ratios)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["ratio_forward"] = round(self.ratio_forward, 3)
+        out["complete"] = self.complete
+        out["ratio_forward"] = None if self.ratio_forward is None else round(self.ratio_forward, 3)
         out["ratio_train"] = None if self.ratio_train is None else round(self.ratio_train, 3)
         return out
 
@@ -308,17 +331,21 @@ def _measured(ctx: Context, keep: Callable[[Measurement, list[ConvInfo]], bool])
     hits = []
     by_name = {} if ctx.model is None else {c.name: c for c in ctx.model.convs}
     for m in ctx.measurements or []:
+        if m.ratio is None:  # a variant was not measured within the budget: no ratio, so no verdict
+            continue
         convs = [by_name[name] for name in m.convs if name in by_name]
         if not keep(m, convs):
             continue
-        train = "" if m.ratio_train is None else (
-            f", fwd+bwd {m.train_ms['conv']:.3g} vs {m.train_ms['gemm']:.3g} ms"  # type: ignore[index]
-        )
+        passes = []
+        if m.ratio_forward is not None:
+            passes.append(f"fwd {m.forward_ms['conv']:.3g} ms conv vs {m.forward_ms['gemm']:.3g} ms GEMM")
+        if m.ratio_train is not None:
+            passes.append(f"fwd+bwd {m.train_ms['conv']:.3g} vs {m.train_ms['gemm']:.3g} ms")  # type: ignore[index]
+        single = "; one call each (budget)" if m.extrapolated else ""
         hits.append(Hit(", ".join(m.convs), {
             "conv": ", ".join(m.convs),
-            "ratio": _ratio_text(m.ratio if not m.gemm_slower else 1 / min(m.ratio_forward, m.ratio_train or math.inf)),
-            "measured": f"fwd {m.forward_ms['conv']:.3g} ms conv vs {m.forward_ms['gemm']:.3g} ms GEMM{train}; "
-                        f"{m.windows} windows, {m.dtype}, {m.device}",
+            "ratio": _ratio_text(m.ratio if not m.gemm_slower else 1 / min(m.ratios)),
+            "measured": f"{', '.join(passes)}; {m.windows} windows, {m.dtype}, {m.device}{single}",
         }))
     return hits
 
