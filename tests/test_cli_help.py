@@ -32,3 +32,45 @@ def test_error_text_is_printed_literally(tmp_path: Path) -> None:
     proc = vlforge("profile", "--model", "tiny:qwen3_vl", "--plot", str(tmp_path / "x.png"), env=env)
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'vlforge[plot]'" in proc.stderr, proc.stderr
+
+
+def _command_paths(command, path=()) -> list[tuple[str, ...]]:
+    paths = [path]
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        paths += _command_paths(sub, (*path, name))
+    return paths
+
+
+def test_no_command_or_sub_command_shows_bool_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from vlforge.cli import _command
+
+    command = _command()
+    paths = _command_paths(command)
+    assert ("tokens", "audit") in paths and ("doctor",) in paths
+    for path in paths:
+        code = command.main(args=[*path, "--help"], prog_name="vlforge", standalone_mode=False)
+        out = capsys.readouterr().out
+        assert code in (0, None) and "--help" in out, path
+        assert "<bool>" not in out, (path, [line for line in out.splitlines() if "<bool>" in line])
+
+
+def test_report_text_quoting_brackets_is_printed_literally() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from vlforge.doctor import render
+    from vlforge.doctor.facts import Facts
+    from vlforge.doctor.report import BenchStatus, DoctorReport
+    from vlforge.doctor.rules import Finding
+
+    finding = Finding(rule="untrained-template-token", severity="error", subject="[INST]",
+                      message="the policy must generate '[INST]' [bold]", cost="-",
+                      fix="vlforge tokens fix --model ./ckpt[v2] --tags '[INST]'", source="x", facts={"tags": "[INST]"})
+    rep = DoctorReport(facts=Facts(device="cpu"), findings=[finding],
+                       bench=BenchStatus("skipped", "no conv in ./ckpt[v2]"))
+    console = Console(file=StringIO(), width=300)
+    render(rep, console)
+    text = console.file.getvalue()
+    assert "'[INST]' [bold]" in text and "--model ./ckpt[v2] --tags '[INST]'" in text and "tags=[INST]" in text
+    assert "no conv in ./ckpt[v2]" in text

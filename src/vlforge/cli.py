@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
@@ -380,26 +379,43 @@ def extract(
         typer.echo(json.dumps(summary.to_dict(), indent=2))
 
 
-def _hide_flag_types() -> None:
-    """typer 0.29 shows every boolean flag as ``--verbose -v <bool>`` as if it took a value: blank the type
-    of flags in help output (called by :func:`main` only, so library users' typer apps are untouched)."""
-    option = typer.core.TyperOption
-    if getattr(option.display_type_rich, "_vlforge", False):
-        return
-    original = option.display_type_rich
+def _command() -> typer.core.TyperGroup:
+    """``app`` as a click command whose ``--help`` shows boolean flags without a value type.
 
-    def display_type_rich(self: click.Option, ctx: click.Context) -> str | None:
-        return None if self.is_flag else original(self, ctx)
+    typer 0.29 renders every flag as ``--verbose -v <bool>``, as if it took a value. Every option of every
+    command and sub-command that is a flag gets an empty metavar, which hides the type; options that take a
+    value keep theirs (``--windows <int range>``). Only this command object changes, never typer's classes.
+    (typer 0.29 vendors click, so its options are recognised by ``is_flag``, not as ``click.Option``.)
+    """
+    def flagless(get_help_option):  # --help itself is made per context, when help is asked for
+        def get(ctx):
+            option = get_help_option(ctx)
+            if option is not None:
+                option.metavar = ""
+            return option
 
-    display_type_rich._vlforge = True  # type: ignore[attr-defined]
-    option.display_type_rich = display_type_rich  # type: ignore[method-assign]
+        return get
+
+    command = typer.main.get_command(app)
+    pending = [command]
+    while pending:
+        current = pending.pop()
+        for param in current.params:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""
+        current.get_help_option = flagless(current.get_help_option)
+        pending.extend(getattr(current, "commands", {}).values())
+    return command  # type: ignore[return-value]
 
 
 def main() -> None:
-    """Console-script entry point: user errors become one line on stderr and a non-zero exit."""
+    """Console-script entry point: user errors become one line on stderr and a non-zero exit.
+
+    The message is printed literally (escaped), so text such as ``pip install 'vlforge[plot]'`` is never
+    read as rich markup.
+    """
     try:
-        _hide_flag_types()
-        app()
+        _command()()
     except VlforgeError as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
         sys.exit(error.exit_code)

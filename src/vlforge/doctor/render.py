@@ -44,8 +44,9 @@ def findings_table(rep: DoctorReport) -> Table:
     for f in rep.findings:
         facts = ", ".join(f"{k}={v}" for k, v in f.facts.items())
         source = f.source.split(" ")[0].rstrip(",;")
-        table.add_row(facts, f"{f.message}\n[dim]{f.rule} | {source}[/]",
-                      f"[{_STYLE[f.severity]}]{f.severity}[/]", f.cost or "-", f.fix)
+        # Messages and fixes quote user text (paths, tags such as '[INST]'): printed literally.
+        table.add_row(escape(facts), f"{escape(f.message)}\n[dim]{f.rule} | {escape(source)}[/]",
+                      f"[{_STYLE[f.severity]}]{f.severity}[/]", escape(f.cost or "-"), escape(f.fix))
     return table
 
 
@@ -76,7 +77,7 @@ def render(rep: DoctorReport, console: Console) -> None:
     print_table(console, facts_table(rep))
     if rep.model is not None:
         convs = [c for c in rep.model.convs if c.weight_ndim == 5 or c.patchable]
-        console.print(f"model: {rep.model_source or rep.model.model_type or 'in memory'} "
+        console.print(f"model: {escape(rep.model_source or rep.model.model_type or 'in memory')} "
                       f"({rep.model.model_type or 'unknown type'}), {len(convs)} patch-like conv(s)")
     if rep.measurements:
         print_table(console, measurements_table(rep))
@@ -85,7 +86,7 @@ def render(rep: DoctorReport, console: Console) -> None:
                 console.print(f"[yellow]partial measurement of {', '.join(m.convs)}: {escape(m.note)}[/] (figures "
                               "marked '1 call' are one call's time; a ratio needs both figures of its pass)")
     elif rep.bench.status == "skipped":
-        console.print(f"[dim]measurement skipped: {rep.bench.reason}[/]")
+        console.print(f"[dim]measurement skipped: {escape(rep.bench.reason or '')}[/]")
     if rep.findings:
         print_table(console, findings_table(rep))
     style = {"ok": "bold green", "warning": "bold yellow", "error": "bold red"}[rep.verdict]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vlforge.errors import VlforgeError
@@ -94,20 +95,20 @@ def compare_table(comparison: Comparison, *, per_block: bool = True) -> Table:
 
 def render(report: ProfileReport, console: Console, *, per_block: bool = True) -> None:
     """Print the header, one table per run and one per comparison (whole on a pipe: :mod:`vlforge.tables`)."""
-    console.print(f"[bold]vlforge profile[/] {report.model} ({report.family}) · {report.input} · "
+    console.print(f"[bold]vlforge profile[/] {escape(report.model)} ({report.family}) · {report.input} · "
                   f"pixel_values {report.pixel_values_shape} · {report.sequence_length} tokens · {report.dtype} on "
                   f"{report.device} ({report.threads} threads) · warmup {report.warmup}, repeats {report.repeats}")
     console.print("[dim]time % is exclusive time (module without hooked children); component rows sum to 100% of "
                   f"the forward. anomaly: time % ≥ {report.anomaly_min_share:g} and > {report.anomaly_ratio:g}x "
                   "FLOP %.[/]")
     for attn, why in report.skipped_attn.items():
-        console.print(f"[yellow]skipped attn={attn}: {why}[/]")
+        console.print(f"[yellow]skipped attn={attn}: {escape(why)}[/]")
     for run in report.runs:
         print_table(console, run_table(report, run, per_block=per_block))
         if run.anomalies:
             console.print(f"top anomaly: [bold]{run.anomalies[0]}[/]")
         if run.trace:
-            console.print(f"trace: {run.trace}")
+            console.print(f"trace: {run.trace}", markup=False)
     for comparison in report.comparisons:
         print_table(console, compare_table(comparison, per_block=per_block))
 

@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vlforge.tables import print_table
@@ -28,12 +29,15 @@ def print_audit(report: AuditReport, console: Console) -> None:
     if w is not None:
         console.print(f"weights: {w.checkpoint}  {w.output_tensor} {w.dtype} rows={w.vocab_rows} "
                       f"tokenizer={w.tokenizer_len} tied={w.tied} reference rows={w.reference_rows} "
-                      f"({', '.join(f'{k}={v}' for k, v in w.reference_reasons.items() if v)})", highlight=False)
+                      f"({', '.join(f'{k}={v}' for k, v in w.reference_reasons.items() if v)})", highlight=False,
+                      markup=False)
     tags = Table(title="tags", show_lines=False)
     for col in ("tag", "role", "sources", "ids", "pieces", "added", "special", "skip_special strips", "verdict"):
         tags.add_column(col)
     for f in report.findings:
-        tags.add_row(repr(f.tag), f.role, ",".join(f.sources), str(f.ids), " ".join(map(repr, f.pieces)),
+        # Tags and pieces are the template's text: '[INST]' is a tag, not rich markup.
+        tags.add_row(escape(repr(f.tag)), f.role, ",".join(f.sources), str(f.ids),
+                     escape(" ".join(map(repr, f.pieces))),
                      "yes" if any(f.added) else "no", "yes" if any(f.special) else "no",
                      "yes" if f.stripped_by_skip_special else "no",
                      f"[{STYLE[f.verdict]}]{f.verdict}[/]")
@@ -49,36 +53,38 @@ def print_audit(report: AuditReport, console: Console) -> None:
             if r.id in seen:
                 continue
             seen.add(r.id)
-            ids.add_row(str(r.id), repr(r.piece), f"[{STYLE[r.verdict]}]{r.verdict}[/]"
+            ids.add_row(str(r.id), escape(repr(r.piece)), f"[{STYLE[r.verdict]}]{r.verdict}[/]"
                         + (" (reference)" if r.reference else ""), _fmt(r.distance_ratio),
                         _fmt(r.percentile, 1), _fmt(r.input_norm_ratio), _fmt(r.verify_prob, 4))
     if seen:
         print_table(console, ids)
     for s in report.suggestions:
         alts = "; ".join(" ".join(f"{o!r}->{n!r}" for o, n in a.mapping.items()) for a in s.alternatives)
-        console.print(f"alternatives for {', '.join(map(repr, s.tags))}: {alts or 'none found'}", highlight=False)
+        console.print(f"alternatives for {', '.join(map(repr, s.tags))}: {alts or 'none found'}", highlight=False,
+                      markup=False)
     rw = report.rewritten
     if rw.regex is not None:
-        console.print(f"rewritten reward regex: {rw.regex}  (checked: {rw.regex_checked})", highlight=False)
+        console.print(f"rewritten reward regex: {rw.regex}  (checked: {rw.regex_checked})", highlight=False,
+                      markup=False)
     if rw.format_regex is not None:
-        console.print(f"rewritten format regex: {rw.format_regex}", highlight=False)
+        console.print(f"rewritten format regex: {rw.format_regex}", highlight=False, markup=False)
     if rw.template is not None:
         console.print(f"rewritten chat template: {len(rw.template)} chars (checked: {rw.template_checked}); "
-                      "write it with --rewrite-out FILE", highlight=False)
+                      "write it with --rewrite-out FILE", highlight=False, markup=False)
     for note in report.notes:
-        console.print(f"note: {note}", highlight=False)
+        console.print(f"note: {note}", highlight=False, markup=False)
     console.print(f"verdict: [{STYLE[report.verdict]}]{report.verdict}[/] (exit {report.exit_code})")
 
 
 def print_fix(report: FixReport, console: Console) -> None:
     """The rows that changed."""
-    table = Table(title=f"re-initialised rows -> {report.out}")
+    table = Table(title=f"re-initialised rows -> {escape(str(report.out))}")
     for col in ("id", "token", "before", "strategy", "pieces", "tensors", "norm before -> after"):
         table.add_column(col)
     for r in report.rows:
         norms = ", ".join(f"{r.norm_before[k]:.3g}->{r.norm_after[k]:.3g}" for k in r.tensors)
-        table.add_row(str(r.id), repr(r.token), r.verdict_before, r.strategy, str(r.pieces),
+        table.add_row(str(r.id), escape(repr(r.token)), r.verdict_before, r.strategy, str(r.pieces),
                       ", ".join(r.tensors), norms)
     print_table(console, table)
     if report.trainable_rows:
-        console.print(f"trainable rows written to {report.trainable_rows}", highlight=False)
+        console.print(f"trainable rows written to {report.trainable_rows}", highlight=False, markup=False)

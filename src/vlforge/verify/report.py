@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vlforge.tables import print_table
@@ -107,7 +108,7 @@ class VerifyReport(_Strict):
 
 def render(report: VerifyReport, console: Console) -> None:
     """Tables for the layer, tower, end-to-end and precision sections, then the verdict."""
-    console.print(f"[bold]vlforge verify[/] {report.model} ({report.family}) · {report.input} · batch "
+    console.print(f"[bold]vlforge verify[/] {escape(report.model)} ({report.family}) · {report.input} · batch "
                   f"{report.batch_size} · {report.dtype} on {report.device} · patched precision {report.precision}")
     layers = Table(title="patch layer (copies of each convolution, its real input)", title_justify="left")
     for header in ("module", "input", "fp32 max |Δ|", "fp32 mean |Δ|", "bf16 cosine", "bf16 max |Δ|"):
