@@ -198,6 +198,18 @@ def _patch_rows(result: dict[str, Any]):
             yield dtype, mode, case[mode]
 
 
+def _patch_targets(result: dict[str, Any]) -> str:
+    """The fp32-forward targets and whether this run met them (empty when the result has none)."""
+    targets = result.get("targets")
+    if not targets:
+        return ""
+    speedup, over = targets["fp32_forward_speedup_vs_conv3d"], targets["fp32_forward_patched_over_linear"]
+    met_speed = "met" if targets["fp32_forward_at_least_4x_faster_than_conv3d"] else "**not met**"
+    met_over = "met" if targets["fp32_forward_within_10pct_of_linear"] else "**not met**"
+    return (f"\n\nTargets on this CPU: fp32 forward patched is {speedup:.1f}x faster than Conv3d (target >= 4x: "
+            f"{met_speed}) and {over:.3f}x the bare `F.linear` time (target <= 1.10: {met_over}).")
+
+
 def render_patch_embed_readme(entry: dict[str, Any]) -> str:
     result = entry["result"]
     rows = []
@@ -210,7 +222,8 @@ def render_patch_embed_readme(entry: dict[str, Any]) -> str:
     return (f"Median of {result['repeats']} runs after {result['warmup']} warm-ups, measured on "
             f"{machine_phrase(entry, threads)}; `{entry['command']}`:\n\n"
             + _table(["case", "Conv3d ms", "patched ms", "bare `F.linear` ms", "Conv3d / patched",
-                      "patched / linear"], rows))
+                      "patched / linear"], rows)
+            + _patch_targets(result))
 
 
 def render_patch_embed_detail(entry: dict[str, Any]) -> str:
@@ -225,13 +238,7 @@ def render_patch_embed_detail(entry: dict[str, Any]) -> str:
             f"`{entry['command']}` (warm-up {result['warmup']}):\n\n"
             + _table(["dtype", "pass", "Conv3d median (min) ms", "patched median (min) ms",
                       "`F.linear` median (min) ms", "Conv3d / patched", "patched / linear"], rows))
-    targets = result.get("targets")
-    if targets:
-        speedup, over = targets["fp32_forward_speedup_vs_conv3d"], targets["fp32_forward_patched_over_linear"]
-        met_speed = "met" if targets["fp32_forward_at_least_4x_faster_than_conv3d"] else "**not met**"
-        met_over = "met" if targets["fp32_forward_within_10pct_of_linear"] else "**not met**"
-        text += (f"\n\nTargets on this CPU: fp32 forward patched is {speedup:.1f}x faster than Conv3d (target >= 4x: "
-                 f"{met_speed}) and {over:.3f}x the bare `F.linear` time (target <= 1.10: {met_over}).")
+    text += _patch_targets(result)
     diffs = ", ".join(f"{dtype} {case['max_abs_diff_vs_conv3d']['patched']:.2g}"
                       for dtype, case in result["results"].items())
     return text + f" Max abs difference of the patched output from the Conv3d output: {diffs}."
