@@ -535,3 +535,9 @@ def test_figures_check_and_write(tmp_path: Path, capsys: pytest.CaptureFixture[s
     record.write_text(json.dumps(missing), encoding="utf-8")
     assert FIGURES.main(["--from-json", str(record), "--root", str(tmp_path), "--only", "extract"]) == 2
     assert "the JSON has no measurement extract" in capsys.readouterr().err
+
+
+def test_quoted_figures_match_the_committed_measurement(capsys: pytest.CaptureFixture[str]):
+    """Every figure region of README.md and docs/ is what benchmarks/figures.json renders: no hand edits."""
+    assert FIGURES.main(["--from-json", str(REPO / "benchmarks" / "figures.json"), "--root", str(REPO),
+                         "--check"]) == 0, capsys.readouterr().err
