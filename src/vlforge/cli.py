@@ -269,7 +269,8 @@ def doctor(
     assume: Annotated[str | None, typer.Option(help="What-if facts: torch=2.9.1,cudnn=91002,device=cuda,...")] = None,
     bench: Annotated[bool, typer.Option("--bench/--no-bench", help="Measure the patch convs here.")] = True,
     windows: Annotated[int | None, typer.Option(min=1, help="Windows per measured call (default: a 1024x1024 image).")] = None,
-    bench_seconds: Annotated[float, typer.Option(min=0.0, help="Time budget of the measurement.")] = 5.0,
+    bench_seconds: Annotated[float | None, typer.Option(min=0.0, help="Time budget of the measurement "
+                                                         "[default: 5].")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
     tokens: Annotated[bool, typer.Option("--tokens/--no-tokens", help="Audit untrained special tokens of the "
                                          "chat template (reads the checkpoint's embeddings, a few seconds).")] = True,
@@ -278,6 +279,10 @@ def doctor(
     tags: Annotated[list[str] | None, typer.Option("--tags", help="Also audit these tags (comma-separated).")] = None,
 ) -> None:
     """Diagnose this machine (and a model): facts, rules, measurement, fixes. Exit 0 ok, 1 warnings, 2 errors."""
+    from vlforge.doctor.command import check_options
+
+    check_options(model, assume=assume, bench=bench, windows=windows, bench_seconds=bench_seconds, tokens=tokens,
+                  fmt=fmt, reward_regex=reward_regex, tags=tags)
     from vlforge.doctor.command import run, token_options
 
     code = run(model, dtype=dtype, assume=assume, bench=bench, windows=windows, bench_seconds=bench_seconds,

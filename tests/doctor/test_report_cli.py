@@ -30,7 +30,7 @@ def check_schema(doc: dict) -> None:
     assert set(doc) == {"schema", "version", "verdict", "exit_code", "facts", "model", "bench", "measurements",
                         "findings"}
     assert doc["schema"] == "vlforge.doctor" and doc["version"] == SCHEMA_VERSION
-    assert doc["verdict"] in ("ok", "warning", "error") and doc["exit_code"] in (0, 1, 2)
+    assert doc["verdict"] in ("ok", "warning", "error") and doc["exit_code"] in (0, 1, 3)
     assert set(doc["facts"]) == set(Facts().names())
     for fact in doc["facts"].values():
         assert set(fact) == {"value", "assumed"} and isinstance(fact["assumed"], bool)
@@ -54,7 +54,7 @@ def check_schema(doc: dict) -> None:
         if m["complete"]:
             assert set(m["forward_ms"]) == {"conv", "gemm"} and m["repeats"] >= 1 and not m["extrapolated"]
     severities = {f["severity"] for f in doc["findings"]}
-    expected_code = 2 if "error" in severities else 1 if "warning" in severities else 0
+    expected_code = 3 if "error" in severities else 1 if "warning" in severities else 0
     assert doc["exit_code"] == expected_code
 
 
@@ -72,7 +72,7 @@ def test_json_schema_with_a_measured_model(patch_model) -> None:
     ("device=cpu,threads=4,torch=2.10.0", 0, []),
     ("device=cpu,threads=1", 1, ["cpu-one-thread"]),
     ("torch=2.9.1,cudnn=91002,device=cuda", 1, ["cudnn-conv3d-skipped-env"]),
-    ("attn=flash_attention_2,flash_attn=absent,threads=1,device=cpu", 2, ["flash-attn-missing", "cpu-one-thread"]),
+    ("attn=flash_attention_2,flash_attn=absent,threads=1,device=cpu", 3, ["flash-attn-missing", "cpu-one-thread"]),
 ])
 def test_cli_json_and_exit_codes(assume: str, code: int, rules: list[str]) -> None:
     result = runner.invoke(app, ["doctor", "--assume", assume, "--json"])
@@ -122,4 +122,4 @@ def test_cli_with_a_tiny_checkpoint(tiny_checkpoint) -> None:
     assert doc["model"]["model_type"] == "qwen3_vl"
     assert doc["bench"]["status"] == "skipped"  # the device is assumed: nothing to time here
     assert [f["rule"] for f in doc["findings"]] == ["cudnn-conv3d-skipped"]
-    assert result.exit_code == 2
+    assert result.exit_code == 3

@@ -62,7 +62,7 @@ def test_cudnn_conv3d_rule_matrix(torch_version, cudnn, dtype, memory_format, pa
         assert rep.exit_code == 0
     else:
         assert [(f.severity, f.subject) for f in found] == [(expected, "0")]
-        assert rep.exit_code == (2 if expected == "error" else 0)
+        assert rep.exit_code == (3 if expected == "error" else 0)
         assert f"torch {torch_version}" in found[0].message
     assert rep.facts.assumed >= {"torch", "cudnn", "device"}
 

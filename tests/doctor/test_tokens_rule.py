@@ -63,9 +63,9 @@ def _by_rule(findings: list) -> dict:
     return {(f["rule"] if isinstance(f, dict) else f.rule): f for f in findings}
 
 
-def test_untrained_generated_tag_is_an_error_with_exit_2(r1_doc, broken) -> None:
+def test_untrained_generated_tag_is_an_error_with_exit_3(r1_doc, broken) -> None:
     code, doc = r1_doc
-    assert code == 2 and doc["exit_code"] == 2 and doc["verdict"] == "error"
+    assert code == 3 and doc["exit_code"] == 3 and doc["verdict"] == "error"
     finding = _by_rule(doc["findings"])["untrained-template-token"]
     assert finding["severity"] == "error" and finding["subject"] == "<think>, </think>"
     assert f"'<think>' ({THINK})" in finding["message"] and f"'</think>' ({END_THINK})" in finding["message"]
@@ -86,12 +86,18 @@ def test_untrained_generated_tag_is_an_error_with_exit_2(r1_doc, broken) -> None
 
 
 def test_no_tokens_skips_the_audit(broken) -> None:
-    result = runner.invoke(app, ["doctor", "-m", str(broken), "--no-bench", "--no-tokens", "--format", "r1",
-                                 "--json"])
+    result = runner.invoke(app, ["doctor", "-m", str(broken), "--no-bench", "--no-tokens", "--json"])
     doc = json.loads(result.stdout)
     assert doc["model"]["tokens"]["status"] == "off"
     assert not [f for f in doc["findings"] if f["rule"].startswith(TOKEN_RULES)]
-    assert result.exit_code == doc["exit_code"] < 2
+    assert result.exit_code == doc["exit_code"] < 3
+
+
+def test_token_flags_with_no_tokens_are_refused_not_dropped(broken) -> None:
+    result = runner.invoke(app, ["doctor", "-m", str(broken), "--no-bench", "--no-tokens", "--format", "r1",
+                                 "--json"])
+    assert isinstance(result.exception, DoctorError) and result.stdout == ""
+    assert "--format would be ignored with --no-tokens" in str(result.exception)
 
 
 def _token_rules(audit: TokensAudit) -> list[tuple[str, str, str]]:
@@ -126,7 +132,7 @@ def test_model_without_chat_template_is_an_info_finding(broken, tmp_path) -> Non
     doc = json.loads(result.stdout)
     finding = _by_rule(doc["findings"])["tokens-audit-skipped"]
     assert finding["severity"] == "info" and "no chat template" in finding["message"]
-    assert doc["model"]["tokens"]["status"] == "skipped" and result.exit_code < 2
+    assert doc["model"]["tokens"]["status"] == "skipped" and result.exit_code < 3
     # Other tags are still audited; the missing template stays an info finding.
     audit = run_tokens_audit(bare, TokenOptions(tags=("<think>",)))
     assert audit.status == "audited" and "no chat template" in audit.template_skipped

@@ -7,18 +7,45 @@ Example:
     >>> batch = next(DataStream(cfg, proc, base_dir="examples/data"))  # doctest: +SKIP
 """
 
-from vlforge.data.config import DataConfig, DatasetEntry, load_config, read_dataset_yaml, resolve_entries
-from vlforge.data.errors import REASONS, SampleError, SkipLedger
-from vlforge.data.loader import ResumableLoader, StreamingDataset
-from vlforge.data.mixture import Mixture
-from vlforge.data.packing import Binner, LengthGrouper, PackingStats, collate_packed, collate_padded
-from vlforge.data.processor import IGNORE_INDEX, ProcessedSample, QwenVLProcessor, build_processor
-from vlforge.data.rope import mrope_position_ids
-from vlforge.data.schema import Conversation, parse_conversation
-from vlforge.data.sources import open_source
-from vlforge.data.stream import DataStream
-from vlforge.data.video import decode_video, frame_timestamps, sample_frame_indices
-from vlforge.data.vision import VisionSettings, process_images, process_video_frames, video_frame_size
+from vlforge.lazy import lazy_exports
+
+# Public names, imported from their module on first use (see vlforge.lazy): importing one light
+# submodule of this package never loads the heavy ones.
+_EXPORTS = {
+    "DataConfig": "vlforge.data.config",
+    "DatasetEntry": "vlforge.data.config",
+    "load_config": "vlforge.data.config",
+    "read_dataset_yaml": "vlforge.data.config",
+    "resolve_entries": "vlforge.data.config",
+    "REASONS": "vlforge.data.errors",
+    "SampleError": "vlforge.data.errors",
+    "SkipLedger": "vlforge.data.errors",
+    "ResumableLoader": "vlforge.data.loader",
+    "StreamingDataset": "vlforge.data.loader",
+    "Mixture": "vlforge.data.mixture",
+    "Binner": "vlforge.data.packing",
+    "LengthGrouper": "vlforge.data.packing",
+    "PackingStats": "vlforge.data.packing",
+    "collate_packed": "vlforge.data.packing",
+    "collate_padded": "vlforge.data.packing",
+    "IGNORE_INDEX": "vlforge.data.processor",
+    "ProcessedSample": "vlforge.data.processor",
+    "QwenVLProcessor": "vlforge.data.processor",
+    "build_processor": "vlforge.data.processor",
+    "mrope_position_ids": "vlforge.data.rope",
+    "Conversation": "vlforge.data.schema",
+    "parse_conversation": "vlforge.data.schema",
+    "open_source": "vlforge.data.sources",
+    "DataStream": "vlforge.data.stream",
+    "decode_video": "vlforge.data.video",
+    "frame_timestamps": "vlforge.data.video",
+    "sample_frame_indices": "vlforge.data.video",
+    "VisionSettings": "vlforge.data.vision",
+    "process_images": "vlforge.data.vision",
+    "process_video_frames": "vlforge.data.vision",
+    "video_frame_size": "vlforge.data.vision",
+}
+lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "IGNORE_INDEX", "REASONS", "Binner", "Conversation", "DataConfig", "DataStream", "DatasetEntry",

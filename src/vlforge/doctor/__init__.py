@@ -13,13 +13,36 @@ Example (what-if, no GPU needed):
 
 from __future__ import annotations
 
-from vlforge.doctor.facts import DoctorError, Facts, apply_assume, collect_facts, parse_assume
-from vlforge.doctor.guard import UnfixableError, guard
-from vlforge.doctor.model_info import ConvInfo, ModelInfo, inspect_model
-from vlforge.doctor.render import render
-from vlforge.doctor.report import SCHEMA_VERSION, DoctorReport, report
-from vlforge.doctor.rules import RULES, Context, Finding, Measurement, Rule, evaluate, exit_code
-from vlforge.doctor.tokens import TokenOptions, TokensAudit
+from vlforge.lazy import lazy_exports
+
+# Public names, imported from their module on first use (see vlforge.lazy): importing one light
+# submodule of this package never loads the heavy ones.
+_EXPORTS = {
+    "DoctorError": "vlforge.doctor.facts",
+    "Facts": "vlforge.doctor.facts",
+    "apply_assume": "vlforge.doctor.facts",
+    "collect_facts": "vlforge.doctor.facts",
+    "parse_assume": "vlforge.doctor.facts",
+    "UnfixableError": "vlforge.doctor.guard",
+    "guard": "vlforge.doctor.guard",
+    "ConvInfo": "vlforge.doctor.model_info",
+    "ModelInfo": "vlforge.doctor.model_info",
+    "inspect_model": "vlforge.doctor.model_info",
+    "render": "vlforge.doctor.render",
+    "SCHEMA_VERSION": "vlforge.doctor.report",
+    "DoctorReport": "vlforge.doctor.report",
+    "report": "vlforge.doctor.report",
+    "RULES": "vlforge.doctor.rules",
+    "Context": "vlforge.doctor.rules",
+    "Finding": "vlforge.doctor.rules",
+    "Measurement": "vlforge.doctor.rules",
+    "Rule": "vlforge.doctor.rules",
+    "evaluate": "vlforge.doctor.rules",
+    "exit_code": "vlforge.doctor.rules",
+    "TokenOptions": "vlforge.doctor.tokens",
+    "TokensAudit": "vlforge.doctor.tokens",
+}
+lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "RULES",

@@ -21,12 +21,14 @@ import platform
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from packaging.version import InvalidVersion, Version
 
 from vlforge.errors import VlforgeError
+
+if TYPE_CHECKING:
+    import torch
 
 
 class DoctorError(VlforgeError, ValueError):
@@ -142,7 +144,7 @@ def canonical_dtype(text: str | torch.dtype | None) -> str | None:
     """``bf16``/``torch.bfloat16`` -> ``bfloat16``; raises DoctorError for an unknown spelling."""
     if text is None:
         return None
-    if isinstance(text, torch.dtype):
+    if not isinstance(text, str):  # a torch.dtype
         text = str(text).removeprefix("torch.")
     key = str(text).strip().lower().removeprefix("torch.")
     if key not in DTYPES:
@@ -160,6 +162,8 @@ def _package_version(name: str, module: str) -> str | None:
 
 
 def _device_type() -> str:
+    import torch
+
     accelerator = getattr(torch, "accelerator", None)
     if accelerator is not None and accelerator.is_available():
         current = accelerator.current_accelerator()
@@ -172,6 +176,8 @@ def _device_type() -> str:
 
 def collect_facts() -> Facts:
     """Read the facts of this process (cheap: no GPU work beyond device queries)."""
+    import torch
+
     facts = Facts(
         python=platform.python_version(),
         os=f"{platform.system()} {platform.release()}".strip() or None,
@@ -224,6 +230,17 @@ def _parse_torch(text: str) -> str:
     return text.strip()
 
 
+DEVICE_TYPES = ("cpu", "cuda", "xpu", "mps", "hpu", "npu", "mtia")
+"""Device types ``--assume device=`` accepts (torch's accelerator types; ROCm GPUs are ``cuda``)."""
+
+
+def _parse_device(text: str) -> str:
+    key = text.strip().lower()
+    if key not in DEVICE_TYPES:
+        raise DoctorError(f"--assume device={text!r}: not a torch device type; allowed: {', '.join(DEVICE_TYPES)}")
+    return key
+
+
 def _parse_memory_format(text: str) -> str:
     key = text.strip().lower()
     if key not in MEMORY_FORMATS:
@@ -240,7 +257,7 @@ def _absent_or(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 _PARSERS: dict[str, Callable[[str], Any]] = {
     "python": str, "os": str, "torch": _parse_torch, "torch_cuda": str, "cudnn": parse_cudnn,
-    "device": lambda t: t.strip().lower(), "gpu_name": str, "capability": _parse_capability,
+    "device": _parse_device, "gpu_name": str, "capability": _parse_capability,
     "bf16_supported": _parse_bool, "tf32_matmul": _parse_bool, "tf32_cudnn": _parse_bool,
     "cpu_threads": int, "cpu_capability": str, "transformers": str, "flash_attn": str, "flash_attn_3": str,
     "liger_kernel": str, "peft": str, "av": str, "dtype": canonical_dtype,

@@ -755,8 +755,8 @@ def worst(findings: Iterable[Finding]) -> Severity | None:
 
 
 def exit_code(findings: Iterable[Finding]) -> int:
-    """0: nothing above info; 1: warnings; 2: errors."""
-    return {None: 0, "info": 0, "warning": 1, "error": 2}[worst(findings)]
+    """0: nothing above info; 1: warnings; 3: errors (2 is kept for bad input, as in every command)."""
+    return {None: 0, "info": 0, "warning": 1, "error": 3}[worst(findings)]
 
 
 __all__ = [

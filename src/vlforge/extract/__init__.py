@@ -7,10 +7,20 @@ Example (CPU, seconds):
     torch.Size([1, 64])
 """
 
-from vlforge.extract.manifest import CacheError
-from vlforge.extract.options import FEATURES, ExtractOptions
-from vlforge.extract.reader import FeatureCache, open_cache
-from vlforge.extract.runner import ExtractSummary, run_extract
+from vlforge.lazy import lazy_exports
+
+# Public names, imported from their module on first use (see vlforge.lazy): importing one light
+# submodule of this package never loads the heavy ones.
+_EXPORTS = {
+    "CacheError": "vlforge.extract.manifest",
+    "FEATURES": "vlforge.extract.options",
+    "ExtractOptions": "vlforge.extract.options",
+    "FeatureCache": "vlforge.extract.reader",
+    "open_cache": "vlforge.extract.reader",
+    "ExtractSummary": "vlforge.extract.runner",
+    "run_extract": "vlforge.extract.runner",
+}
+lazy_exports(__name__, _EXPORTS)
 
 __all__ = ["FEATURES", "CacheError", "ExtractOptions", "ExtractSummary", "FeatureCache", "open_cache",
            "run_extract"]

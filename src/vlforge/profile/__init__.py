@@ -8,12 +8,29 @@ Example (CPU, seconds):
     >>> render(report, Console())  # doctest: +SKIP
 """
 
-from vlforge.models.components import Component, discover
-from vlforge.models.inputs import InputSpec, make_spec
-from vlforge.profile.render import compare_table, plot, render, require_matplotlib, run_table
-from vlforge.profile.report import Comparison, ComponentStats, ProfileReport, RunProfile
-from vlforge.profile.runner import ProfileOptions, run_profile
-from vlforge.profile.timer import ComponentTimer
+from vlforge.lazy import lazy_exports
+
+# Public names, imported from their module on first use (see vlforge.lazy): importing one light
+# submodule of this package never loads the heavy ones.
+_EXPORTS = {
+    "Component": "vlforge.models.components",
+    "discover": "vlforge.models.components",
+    "InputSpec": "vlforge.models.inputs",
+    "make_spec": "vlforge.models.inputs",
+    "compare_table": "vlforge.profile.render",
+    "plot": "vlforge.profile.render",
+    "render": "vlforge.profile.render",
+    "require_matplotlib": "vlforge.profile.render",
+    "run_table": "vlforge.profile.render",
+    "Comparison": "vlforge.profile.report",
+    "ComponentStats": "vlforge.profile.report",
+    "ProfileReport": "vlforge.profile.report",
+    "RunProfile": "vlforge.profile.report",
+    "ProfileOptions": "vlforge.profile.runner",
+    "run_profile": "vlforge.profile.runner",
+    "ComponentTimer": "vlforge.profile.timer",
+}
+lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "Comparison",

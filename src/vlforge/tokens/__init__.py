@@ -7,9 +7,23 @@ Example:
     [('<think>', 'untrained'), ('</think>', 'untrained'), ('<answer>', 'trained'), ('</answer>', 'trained')]
 """
 
-from vlforge.tokens.audit import AuditOptions, AuditReport, TokenFinding, audit_template_tokens, run_audit
-from vlforge.tokens.detect import THRESHOLDS, WeightStats
-from vlforge.tokens.fix import FixOptions, FixReport, fix_checkpoint
+from vlforge.lazy import lazy_exports
+
+# Public names, imported from their module on first use (see vlforge.lazy): importing one light
+# submodule of this package never loads the heavy ones.
+_EXPORTS = {
+    "AuditOptions": "vlforge.tokens.audit",
+    "AuditReport": "vlforge.tokens.audit",
+    "TokenFinding": "vlforge.tokens.audit",
+    "audit_template_tokens": "vlforge.tokens.audit",
+    "run_audit": "vlforge.tokens.audit",
+    "THRESHOLDS": "vlforge.tokens.detect",
+    "WeightStats": "vlforge.tokens.detect",
+    "FixOptions": "vlforge.tokens.fix",
+    "FixReport": "vlforge.tokens.fix",
+    "fix_checkpoint": "vlforge.tokens.fix",
+}
+lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "THRESHOLDS",

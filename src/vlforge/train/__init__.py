@@ -7,8 +7,18 @@ Example:
     1
 """
 
-from vlforge.train.config import ResolvedConfig, load_config, resolve_config
-from vlforge.train.problems import ConfigValidationError, Problem
-from vlforge.train.schema import TrainConfig
+from vlforge.lazy import lazy_exports
+
+# Public names, imported from their module on first use (see vlforge.lazy): importing one light
+# submodule of this package never loads the heavy ones.
+_EXPORTS = {
+    "ResolvedConfig": "vlforge.train.config",
+    "load_config": "vlforge.train.config",
+    "resolve_config": "vlforge.train.config",
+    "ConfigValidationError": "vlforge.train.problems",
+    "Problem": "vlforge.train.problems",
+    "TrainConfig": "vlforge.train.schema",
+}
+lazy_exports(__name__, _EXPORTS)
 
 __all__ = ["ConfigValidationError", "Problem", "ResolvedConfig", "TrainConfig", "load_config", "resolve_config"]

@@ -7,15 +7,22 @@ Example (CPU, seconds):
     >>> render(report, Console())  # doctest: +SKIP
 """
 
-from vlforge.verify.report import Check, VerifyReport, render
-from vlforge.verify.runner import (
-    BF16_LAYER_MIN_COSINE,
-    FP32_LAYER_MAX_DIFF,
-    TOWER_MIN_COSINE,
-    VerifyOptions,
-    check_layer,
-    run_verify,
-)
+from vlforge.lazy import lazy_exports
+
+# Public names, imported from their module on first use (see vlforge.lazy): importing one light
+# submodule of this package never loads the heavy ones.
+_EXPORTS = {
+    "Check": "vlforge.verify.report",
+    "VerifyReport": "vlforge.verify.report",
+    "render": "vlforge.verify.report",
+    "BF16_LAYER_MIN_COSINE": "vlforge.verify.runner",
+    "FP32_LAYER_MAX_DIFF": "vlforge.verify.runner",
+    "TOWER_MIN_COSINE": "vlforge.verify.runner",
+    "VerifyOptions": "vlforge.verify.runner",
+    "check_layer": "vlforge.verify.runner",
+    "run_verify": "vlforge.verify.runner",
+}
+lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "BF16_LAYER_MIN_COSINE",
