@@ -15,7 +15,7 @@ Example:
     >>> freeze(net, ["2"])
     Traceback (most recent call last):
     ...
-    vlforge.errors.ConfigError: model.freeze_modules: '2' matches no module of Sequential (top-level modules: 0, 1)
+    vlforge.errors.ConfigError: model.freeze_modules: '2' matches no module of Sequential; top-level modules: 0, 1
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import torch
 
 from vlforge.errors import ConfigError
 from vlforge.train.dist import DistContext
+from vlforge.train.module_names import resolve_layer_classes, resolve_lora_targets, resolve_modules
 from vlforge.train.schema import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -53,19 +54,22 @@ class TrainModel:
         return contextlib.nullcontext()
 
 
-def freeze(model: torch.nn.Module, paths: list[str]) -> int:
-    """Set ``requires_grad=False`` under each dotted module path; returns the parameters frozen."""
-    modules = dict(model.named_modules())
+def freeze(model: torch.nn.Module, names: list[str]) -> int:
+    """Set ``requires_grad=False`` under each configured module name; returns the parameters frozen.
+
+    Names resolve as LMMS Engine configs write them (``visual`` -> ``model.visual``; see
+    :mod:`vlforge.train.module_names`); each resolution is logged.
+    """
     frozen = 0
-    for path in paths:
-        module = modules.get(path)
-        if module is None:
-            tops = ", ".join(name for name, _ in model.named_children())
-            raise ConfigError(
-                f"model.freeze_modules: {path!r} matches no module of {type(model).__name__} "
-                f"(top-level modules: {tops})"
-            )
-        for param in module.parameters():
+    for item in resolve_modules(model, names, key="model.freeze_modules"):
+        path = item.paths[0]
+        params = {id(p) for p in model.get_submodule(path).parameters()}
+        tied = sorted(name for name, p in model.named_parameters(remove_duplicate=False)
+                      if id(p) in params and not name.startswith(path + "."))
+        if tied:
+            logger.warning("model.freeze_modules: %r shares weights with %s (tied); they are frozen too",
+                           item.name, ", ".join(tied))
+        for param in model.get_submodule(path).parameters():
             if param.requires_grad:
                 param.requires_grad_(False)
                 frozen += param.numel()
@@ -73,20 +77,17 @@ def freeze(model: torch.nn.Module, paths: list[str]) -> int:
 
 
 def layer_classes(model: torch.nn.Module, names: list[str] | None) -> set[type]:
-    """Module classes to shard as units: ``names`` or the model's ``_no_split_modules``."""
-    wanted = list(names) if names else list(getattr(model, "_no_split_modules", None) or [])
+    """Module classes to shard as units: ``names`` (resolved by :func:`resolve_layer_classes`) or the model's
+    ``_no_split_modules``."""
+    if names:
+        return set(resolve_layer_classes(model, names).values())
+    wanted = list(getattr(model, "_no_split_modules", None) or [])
     if not wanted:
         raise ConfigError(
             f"fsdp.transformer_layer_cls_to_wrap: {type(model).__name__} names no _no_split_modules; "
             "list its layer classes"
         )
     found = {type(m).__name__: type(m) for m in model.modules()}
-    missing = [name for name in wanted if name not in found]
-    if names and missing:
-        raise ConfigError(
-            f"fsdp.transformer_layer_cls_to_wrap: no module of class {', '.join(map(repr, missing))} in "
-            f"{type(model).__name__}"
-        )
     return {found[name] for name in wanted if name in found}
 
 
@@ -102,8 +103,8 @@ def apply_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
         raise ConfigError(PEFT_MISSING)
     from peft import LoraConfig, get_peft_model
 
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=list(lora.target_modules),
-                        lora_dropout=lora.dropout)
+    targets = resolve_lora_targets(model, lora.target_modules)
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=targets, lora_dropout=lora.dropout)
     try:
         return get_peft_model(model, config)
     except ValueError as error:  # e.g. no module matches target_modules
@@ -123,8 +124,8 @@ def check_supported(cfg: TrainConfig) -> None:
 def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
     """Load and prepare the model of ``cfg`` on this process's device (see the module docstring)."""
     import vlforge
-    from vlforge.doctor import guard
-    from vlforge.models import load
+    from vlforge.doctor.guard import guard
+    from vlforge.models.load import load
 
     check_supported(cfg)
     bf16 = cfg.training.bf16
@@ -140,7 +141,14 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
           tokens=cfg.model.token_audit)
     if cfg.model.freeze_modules:
         count = freeze(model, cfg.model.freeze_modules)
-        logger.info("froze %d parameters under %s", count, ", ".join(cfg.model.freeze_modules))
+        total = sum(p.numel() for p in model.parameters())
+        logger.info("froze %d of %d parameters under %s", count, total, ", ".join(cfg.model.freeze_modules))
+        if count == total and cfg.model.lora is None:
+            raise ConfigError(f"model.freeze_modules {cfg.model.freeze_modules}: every parameter of "
+                              f"{type(model).__name__} is frozen; nothing would train")
+    if cfg.fsdp.fsdp2 and cfg.fsdp.transformer_layer_cls_to_wrap and not ctx.distributed:
+        layer_classes(model, cfg.fsdp.transformer_layer_cls_to_wrap)  # checked (and logged) before work starts
+        logger.info("FSDP2: one process, no sharding (fsdp.transformer_layer_cls_to_wrap checked, not used)")
     if cfg.model.gradient_checkpointing:
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x name
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})

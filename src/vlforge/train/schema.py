@@ -192,7 +192,8 @@ class LoraConfig(Section):
     alpha: float = Field(default=32.0, gt=0)
     """Scaling numerator: the update is multiplied by ``alpha / r``."""
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], min_length=1)
-    """Module names (or suffixes) that get adapters."""
+    """Module names (or suffixes) that get adapters, as peft matches them; one matching nothing resolves like
+    ``model.freeze_modules``."""
     dropout: float = Field(default=0.0, ge=0, lt=1)
     """Dropout on the adapter input."""
 
@@ -205,7 +206,8 @@ class ModelConfig(Section):
     attn_implementation: Literal["sdpa", "eager", "flash_attention_2"] = "sdpa"
     """Attention kernel of the decoder; flash_attention_2 needs flash-attn and a GPU."""
     freeze_modules: list[str] = Field(default_factory=list)
-    """Dotted module paths whose parameters are not trained, e.g. ``visual``."""
+    """Modules whose parameters are not trained: a dotted path, a unique path suffix (``visual`` is
+    ``model.visual``) or an alias such as ``vision_tower`` (docs/train.md, "Module names")."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass to save memory."""
     lora: LoraConfig | None = None
@@ -288,7 +290,8 @@ class FsdpConfig(Section):
     fsdp2: bool = True
     """Shard parameters, gradients and optimiser state with FSDP2; false keeps a full replica per process."""
     transformer_layer_cls_to_wrap: list[str] | None = None
-    """Layer classes sharded as units; null uses the model's own ``_no_split_modules``."""
+    """Layer classes sharded as units, checked against the model (a name without transformers 5's ``Text`` part
+    is accepted); null uses the model's own ``_no_split_modules``."""
     reshard_after_forward: bool = True
     """Free gathered parameters after the forward (less memory, one more all-gather in backward)."""
     mixed_precision: Literal["fp32_master", "pure_bf16"] = "fp32_master"
