@@ -14,16 +14,33 @@ from vlforge.train import load_config
 runner = CliRunner()
 
 
-def test_valid_guide_prints_resolved_yaml_with_warnings(write_yaml) -> None:
+def _placeholder_data(tmp_path) -> str:
+    """The override that points the guide's placeholder ``path/to/your/dataset.parquet`` at a real file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "dataset.parquet"
+    pq.write_table(pa.Table.from_pylist([{"messages": "[]"}]), data)
+    return f"data.datasets.0.path={data}"
+
+
+def test_the_guides_placeholder_data_path_is_a_problem() -> None:
+    result = runner.invoke(app, ["validate", str(guide_path("lmms_guide_qwen3_vl.yaml"))])
+    assert result.exit_code == 2
+    assert "data.datasets.0.path: path/to/your/dataset.parquet: file not found" in result.output
+
+
+def test_valid_guide_prints_resolved_yaml_with_warnings(write_yaml, tmp_path) -> None:
     path = guide_path("lmms_guide_qwen3_vl.yaml")
-    result = runner.invoke(app, ["validate", str(path)])
+    override = _placeholder_data(tmp_path)
+    result = runner.invoke(app, ["validate", str(path), override])
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert out.startswith(f"# {path}: valid (lmms_list layout)")
     assert "# warning: video.video_backend" in out
     resolved = yaml.safe_load(out)
     assert resolved["data"]["streaming"] is True and resolved["training"]["max_steps"] == 1000
-    assert load_config(write_yaml(out)) == load_config(path)  # the printed YAML is the same config
+    assert load_config(write_yaml(out)) == load_config(path, [override])  # the printed YAML is the same config
 
 
 def test_overrides_on_the_command_line(write_yaml) -> None:
@@ -35,8 +52,9 @@ def test_overrides_on_the_command_line(write_yaml) -> None:
     assert report["config"]["training"]["learning_rate"] == 5e-4 and report["config"]["training"]["seed"] == 7
 
 
-def test_json_warnings_of_the_guide() -> None:
-    result = runner.invoke(app, ["validate", str(guide_path("lmms_guide_qwen2_5_vl.yaml")), "--json"])
+def test_json_warnings_of_the_guide(tmp_path) -> None:
+    result = runner.invoke(app, ["validate", str(guide_path("lmms_guide_qwen2_5_vl.yaml")), "--json",
+                                 _placeholder_data(tmp_path)])
     assert result.exit_code == 0
     report = json.loads(result.stdout)
     assert report["layout"] == "lmms_list"

@@ -18,10 +18,13 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vlforge.data import DataConfig, DataStream, ResumableLoader, StreamingDataset, build_processor
+from vlforge.data.config import DataConfig
 from vlforge.train.schema import DATASET_LIST_SUFFIXES, TrainConfig
+
+if TYPE_CHECKING:  # the pipeline itself (torch, PIL, PyAV) loads when a stream opens, not with the config
+    from vlforge.data import DataStream, ResumableLoader
 
 logger = logging.getLogger(__name__)
 
@@ -77,12 +80,16 @@ def processor_for(cfg: TrainConfig, loaded: Any, data_cfg: DataConfig):
 
         hf = AutoProcessor.from_pretrained(resolve(cfg.processor.processor_name))
         tokenizer, image_processor = hf.tokenizer, getattr(hf, "image_processor", None)
+    from vlforge.data import build_processor
+
     return build_processor(data_cfg, tokenizer, family, image_processor=image_processor)
 
 
 def open_stream(data_cfg: DataConfig, processor: Any, *, rank: int, world_size: int,
                 base_dir: str = ".") -> DataStream:
     """This rank's shard of the data (records dealt by draw index)."""
+    from vlforge.data import DataStream
+
     return DataStream(data_cfg, processor, base_dir=base_dir, shard_id=rank, num_shards=world_size)
 
 
@@ -102,6 +109,8 @@ class RankData:
         self.loader: ResumableLoader | None = None
         self._iterator = None
         if workers:
+            from vlforge.data import ResumableLoader, StreamingDataset
+
             dataset = StreamingDataset(data_cfg, processor, base_dir=base_dir, rank=rank, world_size=world_size)
             self.loader = ResumableLoader(dataset, num_workers=workers)
         else:

@@ -58,7 +58,8 @@ def check(path: str | Path, overrides: Iterable[str] = ()) -> ValidateReport:
     """Validate ``path`` with ``overrides``; never raises for a bad config (the report holds the problems).
 
     Settings ``vlforge train`` refuses on this machine (``model.lora`` without peft, ``training.fp16``)
-    are problems here too, with train's message, so validate and train agree.
+    are problems here too, with train's message, so validate and train agree; so is every data file,
+    dataset YAML or media folder that does not exist (relative to the working directory).
     """
     try:
         resolved = resolve_config(path, overrides)
@@ -71,4 +72,9 @@ def check(path: str | Path, overrides: Iterable[str] = ()) -> ValidateReport:
         check_supported(resolved.config)
     except ConfigError as error:
         return ValidateReport(str(path), problems=[Problem(resolved.origin, None, "", str(error))])
+    from vlforge.train.data_check import data_file_problems
+
+    problems = data_file_problems(resolved.config, resolved.origin)
+    if problems:
+        return ValidateReport(str(path), problems=problems)
     return ValidateReport(str(path), resolved=resolved)

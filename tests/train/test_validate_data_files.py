@@ -1,0 +1,72 @@
+"""`vlforge validate` (and train, before loading) names every data file, dataset YAML and media folder that is
+missing or of the wrong kind, one line each, exit 2; a config whose files all exist stays valid."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vlforge.train.validate import check
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    shutil.copytree(REPO / "examples" / "data", tmp_path / "data")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _config(path: Path, data: dict) -> Path:
+    path.write_text(yaml.safe_dump({"data": data, "model": {"load_from_pretrained_path": "tiny:qwen3_vl"},
+                                    "training": {"max_steps": 1}}))
+    return Path(path.name)  # as a user types it, from the working directory
+
+
+def test_existing_files_validate(workdir: Path) -> None:
+    report = check(_config(workdir / "run.yaml", {"dataset_path": "data/dataset.yaml"}))
+    assert report.ok, report.error_lines()
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    ({"dataset_path": "nothere.yaml"}, ["run.yaml: data.dataset_path: nothere.yaml: file not found"]),
+    ({"dataset_path": "data", "dataset_format": "jsonl"},
+     ["run.yaml: data.dataset_path: data: is a directory, not a data file"]),
+    ({"dataset_path": "data/nothere.jsonl"}, ["run.yaml: data.dataset_path: data/nothere.jsonl: file not found"]),
+    ({"datasets": [{"path": "data/train.jsonl"}, {"path": "data/gone.jsonl"}]},
+     ["run.yaml: data.datasets.1.path: data/gone.jsonl: file not found"]),
+    ({"datasets": [{"path": "data/train.jsonl", "data_folder": "data/no_media"}]},
+     ["run.yaml: data.datasets.0.data_folder: data/no_media: media folder not found"]),
+    ({"datasets": [{"path": "data/train.jsonl", "data_folder": "data/train.jsonl"}]},
+     ["run.yaml: data.datasets.0.data_folder: data/train.jsonl: is a file, not a media folder"]),
+    ({"dataset_path": "data/dataset.yaml", "eval_dataset_path": "data/eval.jsonl"},
+     ["run.yaml: data.eval_dataset_path: data/eval.jsonl: file not found"]),
+])
+def test_missing_data_is_a_problem(workdir: Path, data: dict, expected: list[str]) -> None:
+    report = check(_config(workdir / "run.yaml", data))
+    assert not report.ok and report.error_lines() == expected
+
+
+def test_entries_of_a_dataset_yaml_are_named_in_that_yaml(workdir: Path) -> None:
+    (workdir / "data" / "mix.yaml").write_text(yaml.safe_dump([
+        {"path": "train.jsonl", "data_folder": "missing_media"}, {"path": "other.jsonl"}]))
+    report = check(_config(workdir / "run.yaml", {"dataset_path": "data/mix.yaml"}))
+    assert report.error_lines() == [
+        "data/mix.yaml: datasets.0.data_folder: data/missing_media: media folder not found",
+        "data/mix.yaml: datasets.1.path: data/other.jsonl: file not found",
+    ]
+
+
+def test_cli_validate_exits_2_with_one_line_per_missing_file(workdir: Path) -> None:
+    _config(workdir / "run.yaml", {"datasets": [{"path": "a.jsonl"}, {"path": "b.jsonl"}]})
+    proc = subprocess.run([sys.executable, "-m", "vlforge.cli", "validate", "run.yaml"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == ["error: run.yaml: data.datasets.0.path: a.jsonl: file not found",
+                                        "error: run.yaml: data.datasets.1.path: b.jsonl: file not found"]
