@@ -98,3 +98,26 @@ def test_parsing_and_resize_rule():
     assert smart_resize(10, 10, factor=28, min_pixels=3136, max_pixels=1003520) == (56, 56)
     with pytest.raises(VlforgeError, match="give one input source, not --synthetic and --video"):
         check_sources("1x2x2", None, "v.mp4")
+
+
+def test_input_files_are_checked_before_any_model_loads(tmp_path):
+    from PIL import Image
+
+    good = tmp_path / "ok.png"
+    Image.new("RGB", (32, 32), (9, 9, 9)).save(good)
+    data = good.read_bytes()
+    (tmp_path / "cut.png").write_bytes(data[: len(data) // 2])
+    _write_video(tmp_path / "clip.mp4", 4)
+    (tmp_path / "empty.mp4").write_bytes(b"")
+    check_sources(None, [good], None)
+    check_sources(None, None, tmp_path / "clip.mp4")
+    for images, video, message in [
+        ([tmp_path / "gone.png"], None, r"--image .*gone\.png: image file not found"),
+        ([tmp_path], None, r"--image .*: is a directory, not an image file"),
+        ([good, tmp_path / "cut.png"], None, r"--image .*cut\.png: cannot read image"),
+        (None, tmp_path / "gone.mp4", r"--video .*gone\.mp4: video file not found"),
+        (None, tmp_path, r"--video .*: is a directory, not a video file"),
+        (None, tmp_path / "empty.mp4", r"--video .*empty\.mp4: cannot decode video"),
+    ]:
+        with pytest.raises(DataError, match=message):
+            check_sources(None, images, video)

@@ -248,13 +248,47 @@ def image_spec(loaded: Any, paths: Sequence[Path]) -> InputSpec:
     return InputSpec(kind="image", description=f"{len(images)} image(s): {sizes}", build=build)
 
 
+def check_image_file(path: Path) -> None:
+    """A readable image at ``path`` (decoded once, so a truncated file fails here), else one-line DataError."""
+    if not path.exists():
+        raise DataError(f"--image {path}: image file not found")
+    if not path.is_file():
+        raise DataError(f"--image {path}: is a directory, not an image file")
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except OSError as error:
+        raise DataError(f"--image {path}: cannot read image: {error}") from error
+
+
+def check_video_file(path: Path) -> None:
+    """A video at ``path`` whose first frame PyAV decodes, else one-line DataError (later frames: when read)."""
+    import av
+
+    if not path.exists():
+        raise DataError(f"--video {path}: video file not found")
+    if not path.is_file():
+        raise DataError(f"--video {path}: is a directory, not a video file")
+    try:
+        with av.open(str(path)) as container:
+            next(container.decode(video=0))
+    except StopIteration:
+        raise DataError(f"--video {path}: no video frames") from None
+    except (av.error.FFmpegError, IndexError) as error:
+        raise DataError(f"--video {path}: cannot decode video: {error}") from error
+
+
 def check_sources(synthetic: str | None, images: Sequence[Any] | None, video: Any | None) -> None:
-    """Fail before loading anything: at most one source, a well-formed ``--synthetic``."""
+    """Fail before loading anything: at most one source, a well-formed ``--synthetic``, readable files."""
     given = [name for name, value in (("--synthetic", synthetic), ("--image", images), ("--video", video)) if value]
     if len(given) > 1:
         raise VlforgeError(f"give one input source, not {' and '.join(given)}")
     if synthetic:
         parse_synthetic(synthetic)
+    for image in images or []:
+        check_image_file(Path(image))
+    if video:
+        check_video_file(Path(video))
 
 
 def make_spec(loaded: Any, *, synthetic: str | None = None, images: Sequence[Path] | None = None,
