@@ -146,6 +146,11 @@ def test_bad_options_are_one_line_errors(tmp_path, qwen3_ckpt, image_dataset, lo
     with pytest.raises(ConfigError, match="--layers 7: the model has 3 hidden states"):
         run_extract(model=str(qwen3_ckpt), data=str(image_dataset), out=tmp_path / "b", layers=[7],
                     features=["hidden_mean"], loaded=loaded)
+    # Without a loaded model the indices are checked against config.json, before anything loads or is written.
+    with pytest.raises(ConfigError, match="--layers -4: the model has 3 hidden states"):
+        run_extract(model=str(qwen3_ckpt), data=str(image_dataset), out=tmp_path / "c", layers=[-4],
+                    features=["hidden_mean"])
+    assert not (tmp_path / "c").exists()
 
 
 def test_dataloader_workers_give_the_same_cache(mixed, qwen3_ckpt, loaded, tmp_path):

@@ -30,6 +30,7 @@ from vlforge.data.mixture import Mixture
 from vlforge.data.packing import collate_padded
 from vlforge.data.processor import QwenVLProcessor
 from vlforge.errors import ConfigError
+from vlforge.train.data_check import path_problem
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +44,9 @@ def data_config(data: str | Path, *, on_error: str) -> tuple[DataConfig, Path]:
     otherwise it is an LMMS-style dataset list. ``on_error`` overrides the config's policy.
     """
     path = Path(data)
-    if not path.is_file():
-        raise ConfigError(f"--data {path}: file not found")
+    problem = path_problem(path, "file")
+    if problem:
+        raise ConfigError(f"--data {problem}")
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -62,6 +64,14 @@ def data_config(data: str | Path, *, on_error: str) -> tuple[DataConfig, Path]:
     if cfg.epochs is None:
         raise ConfigError(f"{path}: epochs: null (repeat forever) cannot be extracted; use epochs: 1")
     return cfg.model_copy(update={"on_error": on_error, "epochs": 1, "error_report": None}), base
+
+
+def check_entries(entries: list[ResolvedEntry]) -> None:
+    """Every data file and media folder of ``entries`` exists (one-line ConfigError naming the first that does not)."""
+    for entry in entries:
+        problem = path_problem(entry.path, "file") or path_problem(entry.data_folder, "folder")
+        if problem:
+            raise ConfigError(f"--data: {problem}")
 
 
 def count_records(entries: list[ResolvedEntry], *, seed: int) -> int:
@@ -181,5 +191,5 @@ def shard_ranges(total: int, shard_size: int) -> list[tuple[int, int]]:
     return [(k, min(shard_size, total - k)) for k in range(0, total, shard_size)]
 
 
-__all__ = ["Chunk", "ChunkStream", "count_records", "data_config", "resolve_entries", "sample_id_for",
+__all__ = ["Chunk", "ChunkStream", "check_entries", "count_records", "data_config", "resolve_entries", "sample_id_for",
            "shard_ranges", "source_stems"]

@@ -26,9 +26,16 @@ from torch.utils.data import DataLoader
 
 from vlforge.errors import ConfigError, DataError
 from vlforge.extract import manifest as mf
-from vlforge.extract.features import RAGGED, FeatureExtractor, stored_keys
+from vlforge.extract.features import RAGGED, FeatureExtractor, check_against_config, stored_keys
 from vlforge.extract.options import FEATURES, ExtractOptions
-from vlforge.extract.plan import ChunkStream, count_records, data_config, resolve_entries, shard_ranges
+from vlforge.extract.plan import (
+    ChunkStream,
+    check_entries,
+    count_records,
+    data_config,
+    resolve_entries,
+    shard_ranges,
+)
 from vlforge.extract.shards import (
     atomic_write_json,
     receipt_path,
@@ -199,13 +206,16 @@ def _run(opts: ExtractOptions, dist: _Dist, progress: bool, start: float, loaded
     from vlforge.data import build_processor
     from vlforge.doctor import guard
     from vlforge.models import load, parse_dtype
+    from vlforge.models.load import resolve
 
     root = check_output_dir(opts.out, flag="--out", mode="into")
     mf.check_target(root)
     device = _device(opts.device)
     cfg, base = data_config(opts.data, on_error=opts.on_error)
     entries = resolve_entries(cfg, base)
+    check_entries(entries)
     if loaded is None:
+        check_against_config(resolve(opts.model) / "config.json", opts)  # --layers / --features, before loading
         loaded = load(opts.model, dtype=opts.dtype, device=device, attn_implementation=opts.attn_implementation)
     elif next(loaded.model.parameters()).dtype != parse_dtype(opts.dtype):
         raise ConfigError(f"extract: the loaded model is {next(loaded.model.parameters()).dtype}, --dtype is {opts.dtype}")

@@ -21,8 +21,13 @@ from vlforge.train.problems import Problem
 from vlforge.train.schema import TrainConfig
 
 
-def _path_problem(path: Path, kind: str) -> str | None:
-    """What is wrong with ``path`` as a ``kind`` ("file" or "folder"), or None."""
+def path_problem(path: Path, kind: str) -> str | None:
+    """What is wrong with ``path`` as a ``kind`` ("file" or "folder"), or None.
+
+    Example:
+        >>> path_problem(Path("/"), "file")
+        '/: is a directory, not a data file'
+    """
     if not path.exists():
         return f"{path}: {'file' if kind == 'file' else 'media folder'} not found"
     if kind == "file" and path.is_dir():
@@ -47,7 +52,7 @@ def data_file_problems(cfg: TrainConfig, origin: str, base_dir: str | Path = "."
         entries, entry_base, entry_origin, entry_key = config.datasets, base, origin, "data.datasets"
         if isinstance(entries, str):  # a dataset YAML: its entries are relative to it
             yaml_path = base / entries
-            problem = _path_problem(yaml_path, "file")
+            problem = path_problem(yaml_path, "file")
             if problem:
                 problems.append(Problem(origin, None, key, problem))
                 continue
@@ -63,11 +68,11 @@ def data_file_problems(cfg: TrainConfig, origin: str, base_dir: str | Path = "."
             entry = raw if isinstance(raw, dict) else raw.model_dump()
             where = entry_key if entry_key == key else f"{entry_key}.{index}"
             path = entry_base / entry["path"]
-            problem = _path_problem(path, "file")
+            problem = path_problem(path, "file")
             if problem:
                 problems.append(Problem(entry_origin, None, where if where == key else f"{where}.path", problem))
             if entry.get("data_folder"):
-                problem = _path_problem(entry_base / entry["data_folder"], "folder")
+                problem = path_problem(entry_base / entry["data_folder"], "folder")
                 if problem:
                     problems.append(Problem(entry_origin, None, f"{where}.data_folder", problem))
     return problems
