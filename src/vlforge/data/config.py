@@ -49,6 +49,8 @@ class DataConfig(StrictModel):
     allow_path_escape: bool = Field(False, description="allow relative media paths that leave data_folder")
     seed: int = Field(0, description="mixture sampling seed")
     epochs: int | None = Field(1, gt=0, description="passes over the data; null = repeat forever")
+    label_mode: Literal["assistant", "lmms"] = Field(
+        "assistant", description="labels: assistant replies + <|im_end|>, or LMMS Engine 0.1.4's masking")
     # vision (None = the model family's default)
     video_sampling_strategy: Literal["fps", "frame_num"] | None = None
     fps: float | None = Field(None, gt=0)

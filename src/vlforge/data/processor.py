@@ -4,7 +4,8 @@ The chat is rendered in the ChatML layout the Qwen2-VL / Qwen2.5-VL / Qwen3-VL c
 (``<|im_start|>role\\n...<|im_end|>\\n``; images as ``<|vision_start|><|image_pad|>*n<|vision_end|>``;
 Qwen3-VL videos with a ``<t seconds>`` prefix per temporal patch, as its processor inserts them) or in
 GLM-4V's layout (``[gMASK]<sop><|role|>\\n...``), tokenised once with offsets, and labels keep only the
-tokens of assistant replies plus the token that ends each reply.
+tokens of assistant replies plus the token that ends each reply (``label_mode="assistant"``, the default).
+``label_mode="lmms"`` reproduces LMMS Engine 0.1.4's layout and masking instead (:mod:`vlforge.data.lmms_labels`).
 
 Example:
     >>> proc = QwenVLProcessor(tokenizer, VisionSettings.for_family("qwen3_vl"), family="qwen3_vl")  # doctest: +SKIP
@@ -23,6 +24,7 @@ import torch
 from pydantic import ValidationError
 
 from vlforge.data.errors import SampleError
+from vlforge.data.lmms_labels import LMMS_FAMILIES, VideoLayout, encode_lmms
 from vlforge.data.media import load_image, resolve_media
 from vlforge.data.rope import mrope_position_ids
 from vlforge.data.schema import Conversation, TextPart
@@ -32,6 +34,7 @@ from vlforge.errors import ConfigError
 
 IGNORE_INDEX = -100
 DEFAULT_SYSTEM = "You are a helpful assistant."
+LABEL_MODES = ("assistant", "lmms")
 
 
 @dataclass
@@ -65,12 +68,21 @@ class QwenVLProcessor:
     ``tokenizer`` is the model's tokenizer; ``settings`` the vision knobs (see :class:`VisionSettings`).
     ``default_system`` inserts Qwen2/2.5-VL's default system prompt when a chat has none
     (``"auto"``: on for qwen2_vl / qwen2_5_vl, off for Qwen3-VL, matching their chat templates).
+    ``label_mode``: ``"assistant"`` (assistant replies and their ``<|im_end|>``) or ``"lmms"`` (LMMS
+    Engine 0.1.4's template and masking, Qwen2.5-VL and Qwen3-VL only; see docs/train.md "Label conventions").
     """
 
     def __init__(self, tokenizer: Any, settings: VisionSettings, family: str, *,
-                 default_system: str | bool = "auto", allow_path_escape: bool = False) -> None:
+                 default_system: str | bool = "auto", allow_path_escape: bool = False,
+                 label_mode: str = "assistant") -> None:
         if family not in FAMILIES:
             raise ConfigError(f"data processing supports families {FAMILIES}, got {family!r}")
+        if label_mode not in LABEL_MODES:
+            raise ConfigError(f"label_mode must be one of {LABEL_MODES}, got {label_mode!r}")
+        if label_mode == "lmms" and family not in LMMS_FAMILIES:
+            raise ConfigError(f"label_mode 'lmms' reproduces LMMS Engine's processors of {LMMS_FAMILIES}, "
+                              f"not {family!r}; use label_mode 'assistant'")
+        self.label_mode = label_mode
         self.tokenizer, self.settings, self.family = tokenizer, settings, family
         self.allow_path_escape = allow_path_escape
         if default_system == "auto":
@@ -101,16 +113,17 @@ class QwenVLProcessor:
         return cls(processor.tokenizer, settings, family)
 
     def _media_tensors(self, conv: Conversation, data_folder: str | Path, allow_path_escape: bool
-                       ) -> tuple[list[str], dict[str, Any]]:
-        """Decode every media item; return its placeholder text and the stacked tensors."""
+                       ) -> tuple[list[str], dict[str, Any], list[VideoLayout | None]]:
+        """Decode every media item; return its placeholder text, the stacked tensors and each video's layout."""
         where = {"source": conv.source, "location": conv.location}
         s, merge2 = self.settings, self.settings.merge_size ** 2
-        images, texts, video_out = [], [], []
+        images, texts, video_out, layouts = [], [], [], []
         for part in conv.media:
             media = resolve_media(part.ref, data_folder, allow_path_escape=allow_path_escape, **where)
             if part.kind == "image":
                 images.append(load_image(media, **where))
                 texts.append(("image", len(images) - 1))
+                layouts.append(None)
                 continue
             video_settings = self._video_settings(part.options, conv)
             video = decode_video(media, video_settings, **where)
@@ -120,6 +133,8 @@ class QwenVLProcessor:
             tensors["second_per_grid_ts"] = torch.tensor([s.temporal_patch_size / video.sample_fps])
             video_out.append(tensors)
             texts.append(("video", self._video_text(video.indices, video.video_fps, t, per_frame)))
+            layouts.append(VideoLayout(frame_timestamps(video.indices, video.video_fps, s.temporal_patch_size),
+                                       per_frame))
         out: dict[str, Any] = {}
         if images:
             out.update(process_images(images, s))
@@ -135,7 +150,7 @@ class QwenVLProcessor:
                 rendered.append(start + self.image_token * n + end)
             else:
                 rendered.append(value)
-        return rendered, out
+        return rendered, out, layouts
 
     def _video_settings(self, options: dict[str, Any], conv: Conversation) -> VisionSettings:
         """The settings with a video item's own ``fps`` / ``frame_num`` / ``video_*`` options, validated."""
@@ -221,6 +236,17 @@ class QwenVLProcessor:
                 add(body + "<|im_end|>\n")
         return "".join(chunks), spans
 
+    def _encode(self, conv: Conversation, media_texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Token ids of the rendered chat and labels: a token is trained on when it lies in an assistant span."""
+        text, spans = self.render(conv, media_texts)
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        input_ids = torch.tensor(enc["input_ids"], dtype=torch.long)
+        offsets = torch.tensor(enc["offset_mapping"], dtype=torch.long).view(-1, 2)
+        trained = torch.zeros(len(input_ids), dtype=torch.bool)
+        for start, end in spans:
+            trained |= (offsets[:, 0] >= start) & (offsets[:, 1] <= end) & (offsets[:, 1] > offsets[:, 0])
+        return input_ids, torch.where(trained, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
+
     def process(self, conv: Conversation, data_folder: str | Path = ".", *,
                 allow_path_escape: bool | None = None) -> ProcessedSample:
         """Process one conversation; bad media raise :class:`SampleError` naming file and line/row.
@@ -228,15 +254,11 @@ class QwenVLProcessor:
         ``allow_path_escape`` (default: the processor's setting) permits media paths outside ``data_folder``.
         """
         escape = self.allow_path_escape if allow_path_escape is None else allow_path_escape
-        media_texts, tensors = self._media_tensors(conv, data_folder, escape)
-        text, spans = self.render(conv, media_texts)
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        input_ids = torch.tensor(enc["input_ids"], dtype=torch.long)
-        offsets = torch.tensor(enc["offset_mapping"], dtype=torch.long).view(-1, 2)
-        trained = torch.zeros(len(input_ids), dtype=torch.bool)
-        for start, end in spans:  # a token is trained on when it lies inside an assistant span
-            trained |= (offsets[:, 0] >= start) & (offsets[:, 1] <= end) & (offsets[:, 1] > offsets[:, 0])
-        labels = torch.where(trained, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
+        media_texts, tensors, layouts = self._media_tensors(conv, data_folder, escape)
+        if self.label_mode == "lmms":
+            input_ids, labels = encode_lmms(self.tokenizer, conv, media_texts, layouts, self.timestamps)
+        else:
+            input_ids, labels = self._encode(conv, media_texts)
         if not bool((labels != IGNORE_INDEX).any()):
             raise SampleError("no_labels", conv.source, conv.location, "no assistant tokens after tokenisation")
         types = torch.zeros_like(input_ids, dtype=torch.int)
@@ -279,4 +301,5 @@ def build_processor(config: Any, tokenizer: Any, family: str, *, image_processor
         settings = VisionSettings.from_image_processor(image_processor, family, **overrides)
     else:
         settings = VisionSettings.for_family(family, **overrides)
-    return QwenVLProcessor(tokenizer, settings, family, allow_path_escape=config.allow_path_escape)
+    return QwenVLProcessor(tokenizer, settings, family, allow_path_escape=config.allow_path_escape,
+                           label_mode=config.label_mode)

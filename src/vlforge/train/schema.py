@@ -84,6 +84,9 @@ class DataConfig(Section):
     """Dataset YAML or data file for the eval loss (used when ``training.eval_strategy`` is ``steps``)."""
     allow_path_escape: bool = False
     """Allow relative media paths that leave their ``data_folder`` (rejected by default)."""
+    label_mode: Literal["assistant", "lmms"] = "assistant"
+    """Which tokens are trained on: ``assistant`` replies and their ``<|im_end|>``, or ``lmms``: LMMS Engine
+    0.1.4's template and masking (also its template's special tokens and newlines; Qwen2.5-VL, Qwen3-VL)."""
 
     @model_validator(mode="after")
     def _one_source(self) -> DataConfig:
