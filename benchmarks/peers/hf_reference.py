@@ -113,9 +113,6 @@ def loss_sum(model: Any, enc: dict[str, Any]) -> tuple[float, int]:
     from torch.nn import functional as F
 
     inputs = {k: v for k, v in enc.items() if k != "labels"}
-    if "video_grid_thw" in inputs and "second_per_grid_ts" not in inputs and "qwen2_5" in model.config.model_type:
-        fps = 2.0  # the parity video is sampled at its own 2 fps: temporal_patch_size / fps seconds per grid
-        inputs["second_per_grid_ts"] = torch.tensor([2 / fps])
     with torch.no_grad():
         logits = model(**inputs, use_cache=False).logits[0]
     labels = torch.tensor(enc["labels"][1:])
