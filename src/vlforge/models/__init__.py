@@ -1,7 +1,8 @@
 """Models: the one loader (:func:`load`), tiny presets per family, torchvision-free processors.
 
-Importing this package makes Qwen-VL-family processors constructible without torchvision (see
-:mod:`vlforge.models.compat`); with torchvision installed that step does nothing.
+Without torchvision, Qwen-VL-family processors are made constructible by :mod:`vlforge.models.compat`
+(installed by ``import vlforge``); with torchvision that step does nothing. Public names import their
+module on first use, so importing a light submodule never loads torch or transformers.
 
 Example (CPU, a few seconds):
     >>> from vlforge.models import load
@@ -12,9 +13,14 @@ Example (CPU, a few seconds):
 
 from __future__ import annotations
 
-from vlforge.models.compat import ensure_processor_support
-from vlforge.models.load import LoadedModel, load, parse_dtype, resolve
+from vlforge.lazy import lazy_exports
 
-ensure_processor_support()
+__all__ = ["LoadedModel", "ensure_processor_support", "load", "parse_dtype", "resolve"]
 
-__all__ = ["LoadedModel", "load", "parse_dtype", "resolve"]
+lazy_exports(__name__, {
+    "LoadedModel": "vlforge.models.load",
+    "load": "vlforge.models.load",
+    "parse_dtype": "vlforge.models.load",
+    "resolve": "vlforge.models.load",
+    "ensure_processor_support": "vlforge.models.compat",
+})

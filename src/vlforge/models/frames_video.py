@@ -11,6 +11,12 @@ Two resize rules exist:
   ``[size.shortest_edge, size.longest_edge]`` with sides divisible by ``patch_size * merge_size``.
 - ``"video"`` (Qwen3-VL, GLM-4V): the same, but the pixel bounds apply to ``frames * height * width``.
 
+Files name only stock classes: the per-family subclasses save themselves under the torchvision class
+they stand in for (``Qwen2VLVideoProcessor``, ``Qwen3VLVideoProcessor``, ``Glm4vVideoProcessor``) with only
+the keys that class understands (``resize_rule`` is implied by the class), so stock transformers, vLLM or
+SGLang read the files; :mod:`vlforge.models.compat` maps those names back to these classes at load time
+when torchvision is missing.
+
 Example (CPU, milliseconds):
     >>> import numpy as np
     >>> from vlforge.models.frames_video import FramesVideoProcessor
@@ -153,6 +159,10 @@ class FramesVideoProcessor(VideoProcessorMixin):
     max_frames = 768
     do_sample_frames = False
     return_metadata = False
+    stock_name: ClassVar[str | None] = None
+    """The transformers (torchvision) class this one stands in for; written to disk instead of our name."""
+    vlforge_only_keys: ClassVar[tuple[str, ...]] = ("resize_rule",)
+    """Settings the stock class does not know; left out of saved files (the class implies them)."""
 
     def __init__(self, **kwargs: Any) -> None:
         for key in ("_valid_kwargs_names", "_valid_processor_keys", "video_processor_type", "image_processor_type"):
@@ -164,18 +174,32 @@ class FramesVideoProcessor(VideoProcessorMixin):
             size["shortest_edge"] = min_pixels if min_pixels is not None else size["shortest_edge"]
             size["longest_edge"] = max_pixels if max_pixels is not None else size["longest_edge"]
             kwargs["size"] = size
+        rule = kwargs.get("resize_rule")
+        if self.stock_name is not None and rule is not None and rule != type(self).resize_rule:
+            raise ValueError(
+                f"{type(self).__name__} implies resize_rule {type(self).resize_rule!r}, got {rule!r}; "
+                "use FramesVideoProcessor for another rule"
+            )
         super().__init__(**kwargs)
         if self.resize_rule not in ("per_frame", "video"):
             raise ValueError(f"resize_rule must be 'per_frame' or 'video', got {self.resize_rule!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        """Every setting (class defaults included), so the saved file is self-describing."""
+        """Every setting (class defaults included), so the saved file is self-describing.
+
+        A per-family subclass answers its stock class name and only the keys that class understands.
+        """
         out = {key: getattr(self, key) for key in FramesVideoKwargs.__annotations__ if hasattr(self, key)}
         out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items() if v is not None}
         out.update({k: v for k, v in self.__dict__.items() if not k.startswith("_")})
         out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
         out.pop("image_processor_type", None)
-        out["video_processor_type"] = type(self).__name__
+        if self.stock_name is None:
+            out["video_processor_type"] = type(self).__name__
+            return out
+        for key in self.vlforge_only_keys:
+            out.pop(key, None)
+        out["video_processor_type"] = self.stock_name
         return out
 
     def get_num_of_video_patches(self, num_frames: int, height: int, width: int, videos_kwargs=None) -> int:
@@ -280,10 +304,13 @@ class FramesVideoProcessor(VideoProcessorMixin):
 class Qwen2VLFramesVideoProcessor(FramesVideoProcessor):
     """Qwen2-VL / Qwen2.5-VL defaults: patch 14, 128*28*28 .. 768*28*28 pixels per frame."""
 
+    stock_name = "Qwen2VLVideoProcessor"
+
 
 class Qwen3VLFramesVideoProcessor(FramesVideoProcessor):
     """Qwen3-VL defaults: patch 16, mean/std 0.5, 4096 .. 25165824 pixels over frames*h*w."""
 
+    stock_name = "Qwen3VLVideoProcessor"
     patch_size = 16
     resize_rule = "video"
     image_mean = (0.5, 0.5, 0.5)
@@ -294,5 +321,15 @@ class Qwen3VLFramesVideoProcessor(FramesVideoProcessor):
 class Glm4vFramesVideoProcessor(FramesVideoProcessor):
     """GLM-4.1V defaults: patch 14, 12544 .. 47040000 pixels over frames*h*w."""
 
+    stock_name = "Glm4vVideoProcessor"
+    vlforge_only_keys = ("resize_rule", "min_frames", "max_frames")  # the stock class counts num_frames
     resize_rule = "video"
     size: ClassVar[dict[str, int]] = {"shortest_edge": 12544, "longest_edge": 47040000}
+
+
+#: Per-family classes by the stock name they are saved under (one class per name).
+STOCK_STANDINS: dict[str, type[FramesVideoProcessor]] = {
+    cls.stock_name: cls
+    for cls in (Qwen2VLFramesVideoProcessor, Qwen3VLFramesVideoProcessor, Glm4vFramesVideoProcessor)
+    if cls.stock_name is not None
+}

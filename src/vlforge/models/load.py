@@ -89,8 +89,25 @@ def cache_dir() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "vlforge"
 
 
+def preset_dir(preset: str) -> Path:
+    """Cache directory of a ``tiny:`` preset (written or not); its name hashes what would be written."""
+    return _preset(preset)[0]
+
+
 def preset_path(preset: str) -> Path:
     """Cache directory of a ``tiny:`` preset, written on first use."""
+    path, family, seed, tied = _preset(preset)
+    name = path.name
+    if not (path / tiny.MARKER).is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path.parent / f".{name}.lock"):  # ranks of one job may ask at the same time
+            if not (path / tiny.MARKER).is_file():
+                logger.info("writing the tiny %s checkpoint of preset %s (once, a few seconds)", family, preset)
+                tiny.write_tiny(family, path, seed=seed, tie_word_embeddings=tied)
+    return path
+
+
+def _preset(preset: str) -> tuple[Path, str, int, bool]:
     match = _PRESET.match(preset.strip())
     if match is None:
         raise ConfigError(
@@ -102,18 +119,12 @@ def preset_path(preset: str) -> Path:
     import transformers
 
     fingerprint = json.dumps(
-        [tiny.spec(family).model_dump(), tied, transformers.__version__, tiny.VOCAB_MULTIPLE], sort_keys=True
+        [tiny.spec(family).model_dump(), tied, transformers.__version__, tiny.VOCAB_MULTIPLE,
+         tiny.FILES_VERSION], sort_keys=True
     )
     digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
     name = f"{family}{'' if tied else '+untied'}-seed{seed}-{digest}"
-    path = cache_dir() / "tiny" / name
-    if not (path / tiny.MARKER).is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(path.parent / f".{name}.lock"):  # ranks of one job may ask at the same time
-            if not (path / tiny.MARKER).is_file():
-                logger.info("writing the tiny %s checkpoint of preset %s (once, a few seconds)", family, preset)
-                tiny.write_tiny(family, path, seed=seed, tie_word_embeddings=tied)
-    return path
+    return cache_dir() / "tiny" / name, family, seed, tied
 
 
 @contextlib.contextmanager

@@ -6,6 +6,10 @@
 ``processor_config.json`` (image processor = transformers' PIL class, video processor = a
 :class:`~vlforge.models.frames_video.FramesVideoProcessor` subclass) and ``vlforge_tiny.json`` (what was written).
 
+The files are portable: they name only classes stock transformers has (``Qwen2VLVideoProcessor``, not
+vlforge's torchvision-free stand-in, which :mod:`vlforge.models.compat` picks at load time), so the
+checkpoint loads with plain transformers, with or without torchvision.
+
 Real patch geometry is kept (patch 14 or 16, temporal 2, merge 2) so the processors apply the real
 resize rules; everything else is small: 2 vision blocks of width 32, 2 text layers of width 64
 (4 heads of 16, 2 KV heads), a 4-expert top-2 MoE for ``qwen3_vl_moe``. The vocabulary is the
@@ -40,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 MARKER = "vlforge_tiny.json"
 VOCAB_MULTIPLE = 64
+FILES_VERSION = 2
+"""Version of what :func:`write_tiny` writes; part of the preset cache key (2: stock class names only)."""
 
 
 class TinySpec(BaseModel):
@@ -52,7 +58,7 @@ class TinySpec(BaseModel):
     processor_class: str
     image_processor_class: str
     video_processor_class: str
-    """Class in :mod:`vlforge.models.frames_video`."""
+    """Class in :mod:`vlforge.models.frames_video` (saved under the stock name it stands in for)."""
     template: str
     """Chat template style of :mod:`vlforge.models.templates`."""
     text: dict[str, Any]
@@ -83,7 +89,7 @@ _QWEN2_IMAGE = {  # real Qwen2-VL / Qwen2.5-VL preprocessor: 56*56 .. 28*28*1638
     "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD,
 }
 _QWEN2_VIDEO = {  # real: 128*28*28 .. 768*28*28 pixels per frame, 2 fps
-    "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2, "resize_rule": "per_frame",
+    "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
     "size": {"shortest_edge": 100352, "longest_edge": 602112}, "fps": 2.0, "min_frames": 4,
     "max_frames": 768, "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD,
 }
@@ -93,7 +99,7 @@ _QWEN3_IMAGE = {  # real Qwen3-VL preprocessor: 256*256 .. 4096*4096 pixels, mea
     "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
 }
 _QWEN3_VIDEO = {  # real Qwen3-VL video processor: pixel budget over frames*h*w, 2 fps, 4..768 frames
-    "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2, "resize_rule": "video",
+    "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
     "size": {"shortest_edge": 4096, "longest_edge": 25165824}, "fps": 2.0, "min_frames": 4,
     "max_frames": 768, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
 }
@@ -184,10 +190,10 @@ SPECS: dict[str, TinySpec] = {
         image_processor={"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
                          "size": {"shortest_edge": 12544, "longest_edge": 9633792},
                          "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD},
-        # Video pixel budget as in GLM-4.1V; frame limits are hints only (FramesVideoProcessor never samples).
-        video_processor={"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2, "resize_rule": "video",
+        # Video pixel budget as in GLM-4.1V (the stock class has no min/max_frames; vlforge.data samples).
+        video_processor={"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
                          "size": {"shortest_edge": 12544, "longest_edge": 47040000}, "fps": 2.0,
-                         "min_frames": 4, "max_frames": 640, "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD},
+                         "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD},
         added_tokens=_GLM_TOKENS,
         token_ids={
             "image_token_id": "<|image|>",
@@ -333,6 +339,7 @@ def write_tiny(
         marker = {
             "family": family,
             "seed": seed,
+            "files_version": FILES_VERSION,
             "tie_word_embeddings": tie_word_embeddings,
             "vocab_size": config.text_config.vocab_size,
             "tokenizer_length": len(tokenizer),

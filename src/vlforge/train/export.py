@@ -3,8 +3,9 @@
 The source model (recorded in the checkpoint's ``trainer_state.json``) is loaded on CPU in fp32,
 the checkpoint's DCP model weights are read into it (resharded from any number of ranks), and
 ``save_pretrained`` writes ``config.json`` + ``model.safetensors``; the tokenizer, chat template and
-processor files are copied from the source checkpoint. The directory is built next to ``out`` and
-renamed into place.
+processor files are copied from the source checkpoint (processor files naming vlforge's own video
+processor classes, as checkpoints of older vlforge versions do, are rewritten to the stock class names:
+see :mod:`vlforge.models.portable`). The directory is built next to ``out`` and renamed into place.
 
 A LoRA run (``model.lora`` in the checkpoint's config) is exported merged: the source model gets the
 same peft adapters, the checkpoint (base + adapter weights) is read into it, and ``merge_and_unload``
@@ -45,6 +46,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     from vlforge.models import load
+    from vlforge.models.portable import make_portable
 
     checkpoint, out = Path(checkpoint), Path(out)
     if not (checkpoint / STATE_FILE).is_file():
@@ -78,6 +80,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
             if (item.is_file() and item.name not in written and item.name not in _SKIP_NAMES
                     and not item.name.startswith(".") and not item.name.endswith(_SKIP_SUFFIXES)):
                 shutil.copy2(item, tmp / item.name)
+        for name in make_portable(tmp):
+            logger.info("%s names vlforge's video processor class; exported with the stock class name", name)
     logger.info("exported %s -> %s", checkpoint, out)
     return out
 
