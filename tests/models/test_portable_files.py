@@ -58,8 +58,9 @@ def _peer_python() -> str | None:
 
 @pytest.fixture(scope="module")
 def written(tiny_checkpoint, tmp_path_factory):
-    """Tiny checkpoints of every family, a one-step training run's export, and an export whose source
-    checkpoint was written by an older vlforge (processor files naming vlforge's own classes)."""
+    """Tiny checkpoints of every family, a one-step training run's export, and an export and a token fix
+    whose source checkpoint was written by an older vlforge (processor files naming vlforge's classes)."""
+    from vlforge.tokens.fix import FixOptions, fix_checkpoint
     from vlforge.train.export import export_checkpoint
     from vlforge.train.schema import TrainConfig
     from vlforge.train.trainer import run
@@ -85,17 +86,19 @@ def written(tiny_checkpoint, tmp_path_factory):
     dirs["legacy_export"] = export_checkpoint(root / "out" / "checkpoint-1", root / "legacy-export",
                                               source=str(legacy))
     dirs["legacy_source"] = legacy
+    dirs["legacy_fix"] = root / "legacy-fix"  # vlforge tokens fix copies the source's files
+    fix_checkpoint(FixOptions(model=legacy, out=dirs["legacy_fix"], ids=[151668], strategy="trained-mean"))
     return dirs
 
 
 def test_every_written_name_exists_in_stock_transformers(written):
-    names = [*tiny.families(), "export", "legacy_export", "legacy_source"]
+    names = [*tiny.families(), "export", "legacy_export", "legacy_fix", "legacy_source"]
     report = _stock(sys.executable, [written[name] for name in names])
     entries = {name: report["directories"][str(written[name])] for name in names}
-    for name in [*tiny.families(), "export", "legacy_export"]:
+    for name in [*tiny.families(), "export", "legacy_export", "legacy_fix"]:
         entry = entries[name]
         assert entry["unknown"] == [], (name, entry["unknown"])
-        family = "qwen3_vl" if "export" in name else name
+        family = "qwen3_vl" if name in ("export", "legacy_export", "legacy_fix") else name
         assert entry["model_type"] == family and entry["tokenizer_length"] > 151_000
         assert STOCK_VIDEO[family] in entry["checked"]  # the processor file was read and checked
         video = json.loads((written[name] / "processor_config.json").read_text())["video_processor"]

@@ -28,6 +28,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from vlforge.errors import ConfigError, VlforgeError
+from vlforge.models.portable import make_portable
 from vlforge.outputs import (
     LEDGER,
     STAGING_PREFIX,
@@ -178,6 +179,7 @@ def _write(opts: FixOptions, emb: Embeddings, new: dict[str, dict[int, torch.Ten
     with staged_dir(opts.out, writer="tokens fix") as tmp:
         shutil.copytree(opts.model, tmp, dirs_exist_ok=True, ignore=lambda d, names: [
             n for n in names if Path(d, n).resolve() in rewritten or n == LEDGER or n.startswith(STAGING_PREFIX)])
+        make_portable(tmp)  # processor files of older vlforge checkpoints name vlforge's own classes
         for file, names in by_file.items():
             tensors = {}
             with safe_open(str(file), framework="pt") as handle:
