@@ -311,9 +311,10 @@ def test_console_fragments_ignore_numbers_and_borders():
 def _shell_text(command: str, workdir: Path) -> str:
     """The command as run here: this environment's tools, /tmp moved under the working directory."""
     bin_dir = Path(sys.executable).parent
-    text = re.sub(r"(?<![\w./-])\.venv/bin/python(?![\w.])", shlex.quote(sys.executable), command)
-    text = re.sub(r"(?<![\w./-])\.venv/bin/", shlex.quote(str(bin_dir)) + "/", text)
-    return re.sub(r"(?<![\w./-])/tmp/", str(workdir / "tmp") + "/", text)
+    # /tmp first: this checkout's own tools may live under /tmp (a fresh clone there) and must stay put.
+    text = re.sub(r"(?<![\w./-])/tmp/", str(workdir / "tmp") + "/", command)
+    text = re.sub(r"(?<![\w./-])\.venv/bin/python(?![\w.])", shlex.quote(sys.executable), text)
+    return re.sub(r"(?<![\w./-])\.venv/bin/", shlex.quote(str(bin_dir)) + "/", text)
 
 
 def test_commands_are_mapped_to_this_environment(tmp_path: Path):
