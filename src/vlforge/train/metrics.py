@@ -3,6 +3,11 @@
 The loop accumulates loss, label tokens and gradient norms on the device and hands them over only
 every ``logging_steps`` steps, so this module is where the host waits for the device.
 
+A run that starts at step S (a resume, or 0 for a fresh run) first drops what a previous run in the same
+``output_dir`` logged after S from every sink: records of ``metrics.jsonl``, TensorBoard events
+(``purge_step``) and wandb history (the run is rewound with ``resume_from="ID?_step=S"``), so each step
+is logged once, in order.
+
 Example:
     >>> import json, pathlib, tempfile
     >>> out = pathlib.Path(tempfile.mkdtemp())
@@ -20,44 +25,44 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vlforge.errors import ConfigError
 from vlforge.outputs import atomic_write_text, record
 
 logger = logging.getLogger(__name__)
 
 METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+WANDB_DIR = "wandb"
+WANDB_RUN_ID_FILE = "vlforge-run-id"  # under output_dir/wandb: the run a resume rewinds and continues
 
 
 class MetricsLogger:
     """Writes metric records to every configured sink; does nothing on ranks other than 0."""
 
     def __init__(self, output_dir: Path, *, main: bool, report_to: list[str], run_name: str, total_steps: int,
-                 progress: bool = True, start_step: int = 0) -> None:
+                 progress: bool = True, start_step: int = 0, config: dict[str, Any] | None = None) -> None:
         self.main, self.total, self.start = main, total_steps, start_step
         self.path = output_dir / METRICS_FILE
         self.tb = self.wandb = self.bar = None
         self._task = None
+        self._wandb_row: int | None = None  # the step of wandb's open history row (sent on flush/next step)
+        self._wandb_done = start_step  # rows up to this step are written: later records of it go to the summary
         self.started = time.perf_counter()
         if not main:
             return
         output_dir.mkdir(parents=True, exist_ok=True)
-        if start_step > 0 and self.path.exists():
+        if self.path.exists():
             self._truncate_after(start_step)
         self.file = self.path.open("a", encoding="utf-8")
         record(self.path, writer="train", growing=True)
-        if "tensorboard" in report_to:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(log_dir=str(output_dir / "tensorboard"))
-            except ImportError:
-                logger.warning("logging.report_to: tensorboard is not installed; skipping it")
-        if "wandb" in report_to:
-            try:
-                import wandb
-
-                self.wandb = wandb.init(name=run_name, dir=str(output_dir))
-            except ImportError:
-                logger.warning("logging.report_to: wandb is not installed; skipping it")
+        try:
+            if "tensorboard" in report_to:
+                self.tb = _tensorboard(output_dir / TENSORBOARD_DIR, start_step)
+            if "wandb" in report_to:
+                self.wandb, self._wandb_done = _wandb(output_dir / WANDB_DIR, run_name, start_step, config)
+        except BaseException:
+            self.close()
+            raise
         if progress:
             from rich.console import Console
             from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -68,8 +73,10 @@ class MetricsLogger:
             self._task = self.bar.add_task("train", total=total_steps, completed=start_step, info="")
 
     def _truncate_after(self, step: int) -> None:
-        """Drop records after ``step``: a killed run may have logged steps past the checkpoint resumed from."""
-        lines = self.path.read_text(encoding="utf-8").splitlines()
+        """Drop records after ``step``: a killed run may have logged steps past the checkpoint resumed from
+        (a fresh run, step 0, drops them all); a line cut short by the kill goes too."""
+        text = self.path.read_text(encoding="utf-8")
+        lines = text.splitlines()
         kept = []
         for line in lines:
             try:
@@ -78,9 +85,10 @@ class MetricsLogger:
                 continue  # a line cut short by the kill
             if int(record.get("step", 0)) <= step:
                 kept.append(line)
-        if len(kept) != len(lines):
-            logger.info("%s: dropped %d record(s) after resumed step %d", self.path, len(lines) - len(kept), step)
-            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+        wanted = "".join(line + "\n" for line in kept)
+        if wanted != text:  # also a last line without its newline: the next record must not join it
+            logger.info("%s: dropped %d record(s) after step %d", self.path, len(lines) - len(kept), step)
+            atomic_write_text(self.path, wanted)
 
     def __enter__(self) -> MetricsLogger:
         return self
@@ -104,8 +112,11 @@ class MetricsLogger:
         if self.tb is not None:
             for key, value in scalars.items():
                 self.tb.add_scalar(key, value, step)
-        if self.wandb is not None:
-            self.wandb.log(scalars, step=step)
+        if self.wandb is not None and step > self._wandb_done:
+            self.wandb.log(scalars, step=step)  # an eval record of the same step joins this row
+            self._wandb_row = step
+        elif self.wandb is not None:  # wandb would drop a record of a written row: the summary keeps it
+            self.wandb.summary.update(scalars)
         if self.bar is not None and "loss" in record:
             info = (f"loss {record['loss']:.4f}  lr {record.get('lr', 0):.2e}  "
                     f"gnorm {record.get('grad_norm', 0):.3f}  {record.get('tokens_per_s', 0):.0f} tok/s")
@@ -117,6 +128,18 @@ class MetricsLogger:
         elif "eval_loss" in record:
             logger.info("step %d/%d  eval loss %.4f", step, self.total, record["eval_loss"])
 
+    def flush(self) -> None:
+        """Hand everything logged so far to disk in every sink (the trainer calls it before a checkpoint, so a
+        run killed later and resumed from that checkpoint finds each sink complete up to its step)."""
+        if not self.main:
+            return
+        self.file.flush()
+        if self.tb is not None:
+            self.tb.flush()
+        if self.wandb is not None and self._wandb_row is not None:
+            self.wandb.log({}, step=self._wandb_row, commit=True)  # wandb holds a row until the next step
+            self._wandb_done, self._wandb_row = self._wandb_row, None
+
     def close(self) -> None:
         if not self.main:
             return
@@ -125,7 +148,66 @@ class MetricsLogger:
             self.bar = None
         if self.tb is not None:
             self.tb.close()
+            self.tb = None
         if self.wandb is not None:
             self.wandb.finish()
+            self.wandb = None
         if not self.file.closed:
             self.file.close()
+
+
+def _tensorboard(log_dir: Path, start_step: int) -> Any:
+    """A SummaryWriter whose readers drop the events a previous run logged after ``start_step``."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        logger.warning("logging.report_to: tensorboard is not installed; skipping it")
+        return None
+    return SummaryWriter(log_dir=str(log_dir), purge_step=start_step + 1)
+
+
+def _wandb(directory: Path, run_name: str, start_step: int, config: dict[str, Any] | None) -> tuple[Any, int]:
+    """A wandb run under ``directory``, and the last step it already holds.
+
+    A resume continues the run of this output_dir: rewound to ``start_step`` (``resume_from``, a wandb
+    preview feature: the history the interrupted run logged after it is dropped). Where the rewind is
+    refused, the run is continued as it is (``resume="allow"``) and the steps it already holds are not sent
+    again (wandb would drop them). wandb itself reads WANDB_MODE (``offline`` writes only ``directory``),
+    WANDB_PROJECT, WANDB_ENTITY. A run that cannot start is a one-line :class:`ConfigError`, before any
+    step is trained.
+    """
+    try:
+        import wandb
+    except ImportError:
+        logger.warning("logging.report_to: wandb is not installed; skipping it")
+        return None, start_step
+    id_file = directory / WANDB_RUN_ID_FILE
+    previous = id_file.read_text(encoding="utf-8").strip() if id_file.is_file() else ""
+    kwargs: dict[str, Any] = {"name": run_name, "dir": str(directory.parent), "config": config}
+    directory.mkdir(parents=True, exist_ok=True)
+    done = start_step
+    if start_step > 0 and previous:
+        try:
+            run = wandb.init(**kwargs, resume_from=f"{previous}?_step={start_step}")
+        except Exception as error:
+            logger.warning("wandb: run %s cannot be rewound to step %d (%s); continuing it as it is, without the "
+                           "steps it already holds", previous, start_step, _first_line(error))
+            run = _wandb_init(wandb, **kwargs, id=previous, resume="allow")
+            done = max(start_step, int(getattr(run, "starting_step", 0) or 0) - 1)
+    else:
+        run = _wandb_init(wandb, **kwargs)
+    atomic_write_text(id_file, run.id + "\n")
+    return run, done
+
+
+def _wandb_init(wandb: Any, **kwargs: Any) -> Any:
+    try:
+        return wandb.init(**kwargs)
+    except Exception as error:
+        raise ConfigError(f"logging.report_to: wandb could not start a run: {_first_line(error)} (set "
+                          "WANDB_MODE=offline to log only to OUTPUT_DIR/wandb, or remove wandb from "
+                          "logging.report_to)") from None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

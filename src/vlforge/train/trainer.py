@@ -285,7 +285,8 @@ class Trainer:
         last_saved = None
         with MetricsLogger(self.output_dir, main=ctx.is_main, report_to=cfg.logging.report_to,
                            run_name=cfg.logging.run_name or self.output_dir.name, total_steps=self.total,
-                           progress=self.progress, start_step=self.step) as log:
+                           progress=self.progress, start_step=self.step,
+                           config=cfg.model_dump(mode="json")) as log:
             while self.step < self.total:
                 batches = self._draw()
                 count = global_label_count(ctx, batches, self._label_count)
@@ -310,6 +311,7 @@ class Trainer:
                     result.eval_losses.append(value)
                     log.log({"step": self.step, "eval_loss": value})
                 if self.step % save_every == 0 or self.step == self.total:
+                    log.flush()  # every sink holds the steps up to this checkpoint before it exists
                     last_saved = self._save()
         if last_saved is None and self.resumed_from is not None and result.steps == self.step:
             last_saved = self.resumed_from  # nothing left to train: the checkpoint is the result
