@@ -11,15 +11,19 @@ images and one H.264 MP4), fp32 on the CPU. One record per engine and case, as J
   token rule, model logits); ``loss`` is the token-weighted mean over the four samples.
 - ``vlforge-lmms``: ``vlforge train`` with ``data.label_mode: lmms``.
 - ``lmms-engine``: LMMS Engine 0.1.4's own dataset and processor in its venv
-  (``scripts/peer_env.py``), the loss from the checkpoint's model in that venv's transformers. Its
-  trainer is not run on the CPU (see docs/train.md), so its ``tokens_per_s`` is null.
+  (``scripts/peer_env.py``), the loss from the checkpoint's model in that venv's transformers; and its
+  own trainer (``hf_trainer`` through its CLI entry point, CPU shims in
+  ``benchmarks/peers/lmms_train.py``, see docs/train.md) for ``--steps`` steps of the same padded batch:
+  ``tokens_per_s`` the mean of the later steps (non-padding tokens, as vlforge counts them), ``trainer``
+  its step-1 loss and the shims. When the trainer cannot run, ``tokens_per_s`` is null and
+  ``tokens_per_s_error`` says why.
 
 Every record also carries ``label_tokens`` (labels set; LMMS labels position 0, never predicted) and the
 LMMS records a ``masking`` diff against vlforge's default: each token that one supervises and the other
 does not, aligned on the token sequences, and the tokens only one template has.
 
 Run:
-    .venv/bin/python benchmarks/parity.py                 # about 4 minutes on 2 cores (with the peer)
+    .venv/bin/python benchmarks/parity.py                 # about 3 minutes on 2 cores (with the peer and its trainer)
     .venv/bin/python benchmarks/parity.py --steps 3 --families qwen3_vl --no-peer
 """
 
@@ -127,6 +131,19 @@ def run_peer(python: Path, checkpoint: Path, family: str, data: Path) -> dict:
     return json.loads(done.stdout)
 
 
+def run_peer_train(python: Path, checkpoint: Path, family: str, data: Path, steps: int) -> dict:
+    """LMMS Engine's own trainer for ``steps`` steps (``benchmarks/peers/lmms_train.py``); ``error`` if it failed."""
+    cmd = [str(python), str(HERE / "peers" / "lmms_train.py"), "--checkpoint", str(checkpoint), "--family", family,
+           "--data", str(data), "--steps", str(steps), "--learning-rate", "1e-5", "--fps", str(SAMPLE_FPS),
+           "--min-pixels", str(MIN_PIXELS), "--max-pixels", str(MAX_PIXELS)]
+    done = subprocess.run(cmd, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")})
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        return {"error": f"LMMS Engine's trainer failed: {lines[-1].strip()}"}
+    return json.loads(done.stdout)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", nargs="+", choices=FAMILIES, default=list(FAMILIES))
@@ -170,10 +187,15 @@ def main() -> int:
             result = run_peer(peer, checkpoint, family, data)
             theirs = [(s["input_ids"], s["labels"]) for s in result["samples"]]
             count = sum(s["predicted"] for s in result["samples"])
+            trained = run_peer_train(peer, checkpoint, family, data, args.steps)
+            speed = ({"tokens_per_s": None, "tokens_per_s_error": trained["error"]} if "error" in trained else
+                     {"tokens_per_s": trained["tokens_per_s"],
+                      "trainer": {k: trained[k] for k in ("trainer", "loss", "losses", "steps", "step_tokens",
+                                                          "step_seconds", "dtype", "device", "shims")}})
             out["records"].append({
                 "engine": "lmms-engine", "family": family, "packing": False,
                 "loss": sum(s["loss_sum"] for s in result["samples"]) / count, "supervised_tokens": count,
-                "tokens_per_s": None, "label_tokens": sum(sum(x != -100 for x in lab) for _, lab in theirs),
+                **speed, "label_tokens": sum(sum(x != -100 for x in lab) for _, lab in theirs),
                 "versions": {k: result[k] for k in ("transformers", "torch")}, "shims": result["shims"],
                 "lmms_mode_equal": theirs == lmms_mode,
                 "masking": masking_diff(AutoTokenizer.from_pretrained(checkpoint), ours, theirs)})

@@ -185,6 +185,29 @@ def test_lmms_label_mode_equals_lmms_engine_processor(tmp_path, tiny_checkpoint,
         assert labels == theirs["labels"]
 
 
+@NEEDS_PEER
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lmms_engine_trainer_step1_loss_equals_runner_loss(tiny_checkpoint, data, family):
+    """LMMS Engine's own trainer (hf_trainer on the CPU, benchmarks/peers/lmms_train.py) against its processor's loss."""
+    checkpoint = tiny_checkpoint(family)
+    cmd = [str(PEER), str(REPO / "benchmarks" / "peers" / "lmms_train.py"), "--checkpoint", str(checkpoint),
+           "--family", family, "--data", str(data), "--steps", "2", "--fps", str(SAMPLE_FPS),
+           "--min-pixels", str(MIN_PIXELS), "--max-pixels", str(MAX_PIXELS)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trained = json.loads(done.stdout)
+    peer = run_lmms(checkpoint, family, data, loss=True)
+    count = sum(s["predicted"] for s in peer["samples"])
+    assert trained["device"] == "cpu:0" and trained["dtype"] == "float32" and trained["steps"] == 2
+    # step 1 is before any update: the padded batch's token-weighted mean equals the per-sample sums
+    assert trained["loss"] == pytest.approx(sum(s["loss_sum"] for s in peer["samples"]) / count, abs=1e-5)
+    assert trained["losses"][1] < trained["losses"][0]  # the optimiser stepped
+    # tokens of a step: the non-padding tokens of all four samples, vlforge's count for a padded batch
+    assert trained["step_tokens"] == [sum(len(s["input_ids"]) for s in peer["samples"])] * 2
+    assert trained["tokens_per_s"] > 0
+
+
 def test_label_count_counts_predicted_labels_only():
     """The position-0 label (LMMS labels the first <|im_start|>) is never predicted, so never counted."""
     batch = {"labels": torch.tensor([[151644, -100, 5, 6]])}
