@@ -285,7 +285,7 @@ def test_extract_skips_bad_records_with_file_and_line(media: Path, tmp_path: Pat
     faults = [FAULTS[name][0]() for name in ("truncated image", "malformed JSON line", "no assistant turn")]
     (work / "mixed.jsonl").write_text("\n".join([lines[0], *faults, lines[1]]) + "\n")
     run = run_cli(["extract", "--model", "tiny:qwen2_vl", "--data", "mixed.jsonl", "--out", "cache",
-                   "--no-token-audit", "--no-progress", "--json"], work, monkeypatch)
+                   "--no-token-audit", "--no-progress", "--json", "--max-skip-fraction", "1"], work, monkeypatch)
     assert run.code == 0, run.err[-3000:]
     summary = json.loads(run.out)
     assert summary["rows_written"] == 2 and sum(summary["skipped"].values()) == 3

@@ -242,11 +242,18 @@ def train(
     summary = {"output_dir": str(result.output_dir), "steps": result.steps, "losses": result.losses,
                "eval_losses": result.eval_losses, "checkpoint": str(result.checkpoint) if result.checkpoint else None,
                "export_dir": str(result.export_dir) if result.export_dir else None,
-               "resumed_from": str(result.resumed_from) if result.resumed_from else None}
+               "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+               "data": {k: result.data_report.get(k) for k in ("samples_seen", "skipped_total", "skipped_share",
+                                                                 "skipped")}}
     if as_json:
         typer.echo(json.dumps(summary, indent=2))
     else:
-        console.print(f"trained {result.steps} steps; final model: {summary['export_dir']}", highlight=False)
+        data = result.data_report
+        skipped = (f"skipped {data['skipped_total']} of {data['samples_seen']} samples ({data['skipped_share']:.1%}: "
+                   + ", ".join(f"{k}={v}" for k, v in data["skipped"].items()) + f"; {result.output_dir}/data_report.json)"
+                   if data.get("skipped_total") else "no sample skipped")
+        console.print(f"trained {result.steps} steps; final model: {summary['export_dir']}; {skipped}", highlight=False,
+                      soft_wrap=True)
 
 
 @app.command("export")
@@ -357,6 +364,8 @@ def extract(
     fmt: Annotated[str, typer.Option("--format", help="safetensors or parquet.")] = "safetensors",
     num_workers: Annotated[int, typer.Option(help="DataLoader workers preprocessing while the model runs.")] = 0,
     on_error: Annotated[str, typer.Option(help="skip (into errors.jsonl) or raise.")] = "skip",
+    max_skip_fraction: Annotated[float, typer.Option(help="Exit 2 when more than this share of the samples is "
+                                                          "skipped (0 none, 1 never).")] = 0.1,
     attn: Annotated[str | None, typer.Option(help="Attention implementation (default: the model's).")] = None,
     id_field: Annotated[str, typer.Option(help="Record key used as sample id when present ('' = never).")] = "id",
     weights_hash: Annotated[str, typer.Option(help="full (hash weight bytes) or header (headers + sizes).")] = "full",
@@ -376,7 +385,8 @@ def extract(
     summary = run_extract(
         model=model, data=data, out=out, features=parse_list(features, flag="--features"),
         layers=parse_list(layers, cast=int, flag="--layers"), dtype=dtype, batch_size=batch_size,
-        shard_size=shard_size, format=fmt, num_workers=num_workers, on_error=on_error, attn_implementation=attn,
+        shard_size=shard_size, format=fmt, num_workers=num_workers, on_error=on_error,
+        max_skip_fraction=max_skip_fraction, attn_implementation=attn,
         id_field=id_field, weights_hash=weights_hash, device=device, overwrite=overwrite,
         token_audit=token_audit, progress=show_progress and not as_json,
     )

@@ -31,7 +31,8 @@ def mixed(tmp_path_factory, qwen3_ckpt, loaded):
     data = write_config(folder, "mixed.jsonl")
     out = folder / "cache"
     summary = run_extract(model=str(qwen3_ckpt), data=str(data), out=out, batch_size=2, shard_size=3, loaded=loaded,
-                          features=["vision_tokens", "vision_pooled", "hidden_mean", "hidden_last"], layers=[0, -1])
+                          features=["vision_tokens", "vision_pooled", "hidden_mean", "hidden_last"], layers=[0, -1],
+                          max_skip_fraction=0.5)  # 3 of 8 skipped on purpose
     return data, out, summary
 
 
@@ -95,7 +96,8 @@ def test_rerun_reuses_shards_and_keeps_bytes(mixed, qwen3_ckpt, loaded):
     data, out, _ = mixed
     before = {p.name: p.read_bytes() for p in [out / "manifest.json", out / "errors.jsonl", *out.glob("shards/*")]}
     summary = run_extract(model=str(qwen3_ckpt), data=str(data), out=out, batch_size=2, shard_size=3, loaded=loaded,
-                          features=["vision_tokens", "vision_pooled", "hidden_mean", "hidden_last"], layers=[0, -1])
+                          features=["vision_tokens", "vision_pooled", "hidden_mean", "hidden_last"], layers=[0, -1],
+                          max_skip_fraction=0.5)  # 3 of 8 skipped on purpose
     assert (summary.shards_written, summary.shards_reused, summary.shards_total) == (0, 3, 3)
     after = {p.name: p.read_bytes() for p in [out / "manifest.json", out / "errors.jsonl", *out.glob("shards/*")]}
     assert after == before
@@ -158,7 +160,7 @@ def test_dataloader_workers_give_the_same_cache(mixed, qwen3_ckpt, loaded, tmp_p
     workers = tmp_path / "workers"
     run_extract(model=str(qwen3_ckpt), data=str(data), out=workers, batch_size=2, shard_size=3, loaded=loaded,
                 features=["vision_tokens", "vision_pooled", "hidden_mean", "hidden_last"], layers=[0, -1],
-                num_workers=2)
+                num_workers=2, max_skip_fraction=0.5)
     assert cache_files(workers) == cache_files(out)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from vlforge.data.config import DataConfig
+from vlforge.data.errors import SkipLedger
 from vlforge.data.processor import QwenVLProcessor
 from vlforge.data.stream import DataStream
 from vlforge.errors import DataError
@@ -91,18 +92,13 @@ class ResumableLoader:
         self.dataset.rotation = self.consumed % max(self.num_workers, 1)
 
     def report(self) -> dict[str, Any]:
-        """Skipped counts per reason and packing stats summed over this rank's workers."""
-        skipped: dict[str, int] = {}
+        """Samples seen, skipped counts per reason (with examples) and packing stats summed over this rank's workers."""
+        ledger = SkipLedger.merged([SkipLedger.from_dict(rep) for _, rep in sorted(self.reports.items())])
         totals = {"batches": 0, "samples": 0, "real_tokens": 0, "computed_tokens": 0, "budget_tokens": 0}
         for rep in self.reports.values():
-            for reason, n in rep["skipped"].items():
-                skipped[reason] = skipped.get(reason, 0) + n
             for key in totals:
                 totals[key] += rep["packing"][key]
         real = totals["real_tokens"]
         eff = real / totals["computed_tokens"] if totals["computed_tokens"] else 0.0
         fill = real / totals["budget_tokens"] if totals["budget_tokens"] else 0.0
-        return {"skipped_total": sum(skipped.values()), "skipped": skipped,
-                "packing": {**totals, "efficiency": eff, "fill": fill}}
-
-
+        return {**ledger.to_dict(), "packing": {**totals, "efficiency": eff, "fill": fill}}

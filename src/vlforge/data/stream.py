@@ -83,6 +83,7 @@ class DataStream:
     def _admit(self, entry_index: int, raw: RawRecord) -> Pending | None:
         """Process a drawn record; a bad one raises or is counted (``on_error``); overlong is filtered."""
         ref = {"entry": entry_index, "index": self.draws - 1, "location": raw.location, "record": raw.record}
+        self.ledger.seen += 1
         try:
             if raw.error is not None:
                 raise raw.error
@@ -150,13 +151,14 @@ class DataStream:
         logger.info("data shard %d/%d: %d batches, %d samples, efficiency %.3f, budget fill %.3f", self.shard_id,
                     self.num_shards, self.stats.batches, self.stats.samples, self.stats.efficiency, self.stats.fill)
         if self.ledger.total:
-            logger.warning("data: skipped %d sample(s): %s", self.ledger.total, self.ledger.counts)
+            logger.warning("data shard %d/%d: skipped %d of %d sample(s): %s", self.shard_id, self.num_shards,
+                           self.ledger.total, self.ledger.seen, self.ledger.top(len(self.ledger.counts)))
         if self.config.error_report:
             self.ledger.write_json(self.config.error_report, packing=self.stats.to_dict(),
                                    shard_id=self.shard_id, num_shards=self.num_shards)
 
     def report(self) -> dict[str, Any]:
-        """Skipped counts per reason and packing efficiency so far."""
+        """Samples seen, skipped counts per reason with the first examples, and packing efficiency so far."""
         return {**self.ledger.to_dict(), "packing": self.stats.to_dict()}
 
     # -- resume -----------------------------------------------------------------------------------

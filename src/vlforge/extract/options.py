@@ -49,6 +49,8 @@ class ExtractOptions(StrictModel):
     attn_implementation: str | None = Field(None, description="cache: attention implementation (default: model's)")
     id_field: str = Field("id", description="cache: record key used as sample id when present ('' = never)")
     on_error: Literal["raise", "skip"] = Field("skip", description="bad samples: stop, or skip into errors.jsonl")
+    max_skip_fraction: float = Field(0.1, ge=0.0, le=1.0, description="stop with an error (exit 2) when the cache's "
+                                     "skipped share is above this (0: none may be skipped, 1: never stop)")
     weights_hash: Literal["full", "header"] = Field(
         "full", description="hash every weight file's bytes, or only their safetensors headers and sizes")
     num_workers: int = Field(0, ge=0, description="DataLoader workers preprocessing while the model runs")

@@ -1,9 +1,15 @@
 """``run_extract``: load + guard + patch the model, extract the shards this process owns, merge the manifest.
 
-Under ``torchrun`` (``WORLD_SIZE`` > 1) rank 0 checks the directory, hashes model and data and lists
-the unfinished shards; it broadcasts them (gloo) and rank ``r`` takes every ``W``-th of them. Each rank
-writes only its own shards; after a barrier rank 0 merges the receipts into ``manifest.json`` and
-``errors.jsonl``. A killed run restarted with any number of processes redoes only unfinished shards.
+Under ``torchrun`` (``WORLD_SIZE`` > 1, :mod:`vlforge.dist` over gloo) rank 0 checks the directory,
+hashes model and data and lists the unfinished shards; it broadcasts them and rank ``r`` takes every
+``W``-th of them. Each rank writes only its own shards; after a barrier rank 0 merges the receipts into
+``manifest.json`` and ``errors.jsonl``. A killed run restarted with any number of processes redoes only
+unfinished shards.
+
+Skipped samples (``on_error="skip"``) are logged as they happen (a warning per reason, naming the first
+sample's file and line, then a running count at most once a minute) and totalled at the end; when the
+cache's skipped share exceeds ``max_skip_fraction``, every rank raises the same
+:class:`~vlforge.data.errors.SkipLimitError` once the manifest and ``errors.jsonl`` are written.
 
 Example (CPU, seconds):
     >>> summary = run_extract(model="tiny:qwen3_vl", data="examples/data/dataset.yaml", out="/tmp/feats")  # doctest: +SKIP
@@ -24,6 +30,8 @@ import torch
 from pydantic import ValidationError
 from torch.utils.data import DataLoader
 
+from vlforge.data.errors import SkipLedger, SkipLimitError, SkipWarnings, limit_error, over_limit
+from vlforge.dist import DistContext, init_distributed
 from vlforge.errors import ConfigError, DataError
 from vlforge.extract import manifest as mf
 from vlforge.extract.features import RAGGED, FeatureExtractor, check_against_config, stored_keys
@@ -79,38 +87,6 @@ class ExtractSummary:
         if self.manifest is not None:
             out["cache"] = {k: self.manifest[k] for k in ("num_rows", "num_skipped", "skipped")}
         return out
-
-
-class _Dist:
-    """torch.distributed when launched by torchrun (gloo for the object exchange), else a single process."""
-
-    def __init__(self) -> None:
-        import torch.distributed as dist
-
-        self.dist, self.created, self.group = dist, False, None
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-            dist.init_process_group("gloo")
-            self.created = True
-        self.active = dist.is_available() and dist.is_initialized()
-        if self.active and dist.get_backend() != "gloo":
-            self.group = dist.new_group(backend="gloo")
-        self.rank = dist.get_rank() if self.active else 0
-        self.world = dist.get_world_size() if self.active else 1
-
-    def broadcast(self, payload: Any) -> Any:
-        if not self.active:
-            return payload
-        box = [payload]
-        self.dist.broadcast_object_list(box, src=0, group=self.group)
-        return box[0]
-
-    def barrier(self) -> None:
-        if self.active:
-            self.dist.barrier(group=self.group)
-
-    def close(self) -> None:
-        if self.created:
-            self.dist.destroy_process_group()
 
 
 def _device(spec: str) -> torch.device:
@@ -194,14 +170,14 @@ def run_extract(options: ExtractOptions | None = None, *, progress: bool = False
     elif kwargs:
         options = options.model_copy(update=kwargs)
     start = time.perf_counter()
-    dist = _Dist()
+    ctx = init_distributed(backend="gloo", device=_device(options.device))
     try:
-        return _run(options, dist, progress, start, loaded)
+        return _run(options, ctx, progress, start, loaded)
     finally:
-        dist.close()
+        ctx.close()
 
 
-def _run(opts: ExtractOptions, dist: _Dist, progress: bool, start: float, loaded: Any) -> ExtractSummary:
+def _run(opts: ExtractOptions, ctx: DistContext, progress: bool, start: float, loaded: Any) -> ExtractSummary:
     import vlforge
     from vlforge.data import build_processor
     from vlforge.doctor import guard
@@ -210,7 +186,7 @@ def _run(opts: ExtractOptions, dist: _Dist, progress: bool, start: float, loaded
 
     root = check_output_dir(opts.out, flag="--out", mode="into")
     mf.check_target(root)
-    device = _device(opts.device)
+    device = ctx.device
     cfg, base = data_config(opts.data, on_error=opts.on_error)
     entries = resolve_entries(cfg, base)
     check_entries(entries)
@@ -231,7 +207,7 @@ def _run(opts: ExtractOptions, dist: _Dist, progress: bool, start: float, loaded
     extractor = FeatureExtractor(loaded.model, loaded.family, opts, device)
 
     plan: dict[str, Any] | None = None
-    if dist.rank == 0:
+    if ctx.rank == 0:
         try:
             total = count_records(entries, seed=cfg.seed)
             header = _header(opts, loaded, processor, cfg, entries, total, extractor)
@@ -250,26 +226,56 @@ def _run(opts: ExtractOptions, dist: _Dist, progress: bool, start: float, loaded
                             root, len(ranges) - len(todo), len(ranges), len(todo), stale)
             plan = {"header": header, "todo": todo, "ranges": ranges}
         except Exception as exc:  # every rank must hear about it, or the others wait forever
-            dist.broadcast({"error": f"{type(exc).__name__}: {exc}"})
+            ctx.broadcast_object({"error": f"{type(exc).__name__}: {exc}"})
             raise
-    plan = dist.broadcast(plan)
+    plan = ctx.broadcast_object(plan)
     if "error" in plan:
         raise ConfigError(f"extract: rank 0 failed: {plan['error']}")
     header, todo, ranges = plan["header"], plan["todo"], plan["ranges"]
-    mine = todo[dist.rank::dist.world]
-    summary = ExtractSummary(out=str(root), rank=dist.rank, world_size=dist.world, shards_total=len(ranges),
+    mine = todo[ctx.rank::ctx.world_size]
+    summary = ExtractSummary(out=str(root), rank=ctx.rank, world_size=ctx.world_size, shards_total=len(ranges),
                              shards_reused=len(ranges) - len(todo), shards_written=0, rows_written=0)
     if mine:
         _extract_shards(opts, cfg, processor, entries, extractor, header, mine, ranges, root, summary,
-                        progress and dist.rank == 0)
-    dist.barrier()
-    if dist.rank == 0:
-        summary.manifest = mf.finalize(root, header, len(ranges))
-        summary.complete = True
-    dist.barrier()
+                        progress and ctx.rank == 0)
+    ctx.barrier()
+    verdict: dict[str, Any] | None = None
+    if ctx.rank == 0:
+        try:
+            summary.manifest = mf.finalize(root, header, len(ranges))
+            summary.complete = True
+            ledger = _cache_ledger(root, summary.manifest)
+            if over_limit(ledger.seen, ledger.total, opts.max_skip_fraction, final=True):
+                verdict = {"limit": str(limit_error(ledger, opts.max_skip_fraction, what=f"extract {root}",
+                                                    key="--max-skip-fraction", report=root / mf.ERRORS))}
+        except Exception as exc:  # the other ranks wait for the verdict: they must hear about it
+            ctx.broadcast_object({"error": f"{type(exc).__name__}: {exc}"})
+            raise
+    verdict = ctx.broadcast_object(verdict)
+    if verdict is not None and "error" in verdict:
+        raise ConfigError(f"extract: rank 0 failed: {verdict['error']}")
     summary.seconds = time.perf_counter() - start
     _log_summary(summary)
+    if verdict is not None:
+        raise SkipLimitError(verdict["limit"])
     return summary
+
+
+def _cache_ledger(root: Path, manifest: dict[str, Any]) -> SkipLedger:
+    """The whole cache's skips (every rank's, reused shards too): counts from the manifest, an example per reason."""
+    import json
+
+    ledger = SkipLedger(counts=dict(manifest["skipped"]), seen=manifest["num_rows"] + manifest["num_skipped"])
+    if not ledger.counts:
+        return ledger
+    with (root / mf.ERRORS).open(encoding="utf-8") as lines:
+        for line in lines:
+            error = json.loads(line)
+            if error["reason"] not in ledger.examples:
+                ledger.examples[error["reason"]] = [error["message"]]
+                if len(ledger.examples) == len(ledger.counts):
+                    break
+    return ledger
 
 
 def _extract_shards(opts: ExtractOptions, cfg: Any, processor: Any, entries: list[Any], extractor: FeatureExtractor,
@@ -280,11 +286,16 @@ def _extract_shards(opts: ExtractOptions, cfg: Any, processor: Any, entries: lis
     loader = DataLoader(stream, batch_size=None, num_workers=opts.num_workers,
                         prefetch_factor=4 if opts.num_workers else None)
     buffers = {k: _ShardBuffer(*ranges[k]) for k in mine}
+    ledger, warnings = SkipLedger(), SkipWarnings("extract")  # this rank's skips, as they happen
     with _progress(show_progress, sum(ranges[k][1] for k in mine)) as bar:
         task = bar.add_task("extract", total=sum(ranges[k][1] for k in mine)) if bar is not None else None
         for chunk in loader:
             if chunk.errors and opts.on_error == "raise":
                 raise DataError(chunk.errors[0]["message"] + " (--on-error skip records it in errors.jsonl)")
+            ledger.seen += chunk.accounted
+            for error in chunk.errors:
+                ledger.add(error["reason"], error["message"])
+            warnings.update(ledger)
             buf = buffers[chunk.shard]
             rows = extractor(chunk.batch, chunk.items) if chunk.batch is not None else []
             buf.rows.extend(zip(chunk.indices, chunk.sample_ids, rows, strict=True))
@@ -322,5 +333,12 @@ def _log_summary(s: ExtractSummary) -> None:
                 where, s.rows_written, s.shards_written, s.shards_reused, s.shards_total, skipped, s.seconds,
                 s.samples_per_second)
     if s.manifest is not None:
-        logger.info("extract: cache %s complete: %d rows, %d skipped %s", s.out, s.manifest["num_rows"],
-                    s.manifest["num_skipped"], s.manifest["skipped"] or "")
+        rows, skipped = s.manifest["num_rows"], s.manifest["num_skipped"]
+        if skipped:
+            share = skipped / (rows + skipped)
+            reasons = ", ".join(f"{k}={v}" for k, v in sorted(s.manifest["skipped"].items()))
+            logger.warning("extract: cache %s complete: %d rows, %d of %d samples skipped (%.1f%%): %s; each is in "
+                           "%s with its file and line", s.out, rows, skipped, rows + skipped, 100 * share, reasons,
+                           Path(s.out) / mf.ERRORS)
+        else:
+            logger.info("extract: cache %s complete: %d rows, none skipped", s.out, rows)

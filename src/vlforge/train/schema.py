@@ -80,6 +80,9 @@ class DataConfig(Section):
     between mixture entries are seeded by ``training.seed`` (no shuffle buffer; ``true`` logs a warning)."""
     on_error: Literal["raise", "skip"] = "raise"
     """A sample that cannot be used stops training (``raise``) or is skipped, counted and reported (``skip``)."""
+    max_skip_fraction: float = Field(default=0.1, ge=0.0, le=1.0)
+    """Largest share of the samples seen that may be skipped (``on_error: skip``, ``filter_overlong``); above
+    it training stops with an error naming the top reasons (0: none may be, 1: never stop)."""
     eval_dataset_path: str | None = None
     """Dataset YAML or data file for the eval loss (used when ``training.eval_strategy`` is ``steps``)."""
     allow_path_escape: bool = False

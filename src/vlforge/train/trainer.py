@@ -7,6 +7,15 @@ counted first and summed over ranks, and each micro-batch backpropagates
 loss over every label token of the global batch, whatever the split into ranks and micro-batches.
 Loss, token counts and gradient norms stay on the device between ``logging_steps``.
 
+Skipped samples (``data.on_error: skip``, ``filter_overlong``) are never silent: a warning per reason
+the first time it occurs (with the sample's file and line), then a running count at most once a
+minute; the samples seen and skipped, summed over ranks, ride on each step's label-count all-reduce
+and go into every metrics record. ``data_report.json`` in ``output_dir`` holds the counts per reason and
+the first examples. When the skipped share exceeds ``data.max_skip_fraction`` every rank stops with the
+same one-line :class:`~vlforge.data.errors.SkipLimitError`: during the run once it is clearly over
+(:func:`vlforge.data.errors.over_limit`), and at the end on the exact share (after the last checkpoint,
+before the export).
+
 Example (CPU, about a minute):
     >>> from vlforge.train.trainer import run
     >>> result = run("examples/qwen3_vl_tiny.yaml", ["training.max_steps=10"])  # doctest: +SKIP
@@ -28,8 +37,9 @@ from typing import Any
 
 import torch
 
+from vlforge.data.errors import SkipLedger, SkipWarnings, limit_error, over_limit
 from vlforge.errors import ConfigError, OutputError
-from vlforge.outputs import check_output_dir, owned
+from vlforge.outputs import atomic_write_json, check_output_dir, owned
 from vlforge.train import checkpoint as ckpt
 from vlforge.train.config import load_config
 from vlforge.train.data_setup import RankData, data_config, open_stream, processor_for
@@ -50,6 +60,8 @@ from vlforge.train.sp import (
 logger = logging.getLogger(__name__)
 
 FINAL_DIR = "final"
+DATA_REPORT = "data_report.json"
+SKIP_KEY = "data.max_skip_fraction"
 
 
 @dataclass
@@ -65,6 +77,7 @@ class RunResult:
     export_dir: Path | None = None
     resumed_from: Path | None = None
     data_report: dict[str, Any] = field(default_factory=dict)
+    """Samples seen / used / skipped (per reason, first examples) and packing stats, summed over ranks."""
     model: torch.nn.Module | None = None
     """The trained model (sharded with FSDP when distributed)."""
 
@@ -102,21 +115,34 @@ def count_steps(cfg: TrainConfig, data_cfg: Any, processor: Any, ctx: DistContex
     return total
 
 
-def global_label_count(ctx: DistContext, batches: list[dict[str, Any]] | None,
-                       count: Any = label_count) -> torch.Tensor | None:
-    """Label tokens of this step summed over ranks, or None on every rank when any rank ran out of data.
+def step_totals(ctx: DistContext, batches: list[dict[str, Any]] | None, count: Any = label_count,
+                skips: tuple[int, int] = (0, 0)) -> tuple[torch.Tensor | None, tuple[int, int]]:
+    """Label tokens of this step summed over ranks (None on every rank when any rank ran out of data), and
+    ``skips`` (this rank's samples seen, skipped) summed over the data ranks.
 
-    ``batches`` is None on a rank whose stream ended. The has-data flag rides on the label-count
-    all-reduce, so all ranks stop together (no rank is left waiting in a collective).
+    ``batches`` is None on a rank whose stream ended. The has-data flag and the skip counts ride on the
+    label-count all-reduce (float64: exact counts), so all ranks stop together and take the same
+    skip-limit decision (no rank is left waiting in a collective). Sequence-parallel ranks share a data
+    shard: only the first of each group contributes its skips.
     """
     local = torch.stack([count(b) for b in batches]).sum().float() if batches else torch.zeros(())
-    flag = torch.tensor(1.0 if batches is not None else 0.0)
     if not ctx.distributed:
-        return None if batches is None else local.to(ctx.device)
-    both = ctx.all_reduce_sum(torch.stack([local.cpu(), flag]).to(ctx.device, torch.float32))
-    if int(both[1].item()) < ctx.world_size:  # the one host sync of a step, needed to decide to go on
-        return None
-    return both[0]
+        return (None if batches is None else local.to(ctx.device)), skips
+    mine = skips if ctx.rank % ctx.sp_degree == 0 else (0, 0)
+    values = torch.tensor([0.0, 1.0 if batches is not None else 0.0, *mine], dtype=torch.float64)
+    values[0] = local.cpu().double()
+    summed = ctx.all_reduce_sum(values.to(ctx.device))
+    host = summed.tolist()  # the one host sync of a step, needed to decide to go on
+    totals = (int(host[2]), int(host[3]))
+    if int(host[1]) < ctx.world_size:
+        return None, totals
+    return summed[0].float(), totals
+
+
+def global_label_count(ctx: DistContext, batches: list[dict[str, Any]] | None,
+                       count: Any = label_count) -> torch.Tensor | None:
+    """Label tokens of this step summed over ranks, or None on every rank when any rank ran out of data."""
+    return step_totals(ctx, batches, count)[0]
 
 
 class Trainer:
@@ -134,10 +160,10 @@ class Trainer:
         check_output_dir(self.output_dir, flag="output_dir", mode="into")
         if self.export:
             check_output_dir(self.output_dir / FINAL_DIR, flag="output_dir", mode="replace")
-        metrics = self.output_dir / METRICS_FILE
-        if (metrics.exists() or metrics.is_symlink()) and not owned(metrics):
-            raise OutputError(f"output_dir: {metrics} exists and was not written by vlforge; move it away or "
-                              "choose another output_dir")
+        for written in (self.output_dir / METRICS_FILE, self.output_dir / DATA_REPORT):
+            if (written.exists() or written.is_symlink()) and not owned(written):
+                raise OutputError(f"output_dir: {written} exists and was not written by vlforge; move it away or "
+                                  "choose another output_dir")
 
     def setup(self) -> None:
         cfg, ctx = self.cfg, self.ctx
@@ -159,6 +185,8 @@ class Trainer:
         self.stream = RankData(self.data_cfg, self.processor, rank=ctx.data_rank, world_size=ctx.data_world,
                                workers=cfg.dataloader_num_workers, base_dir=self.base_dir)
         self.step = 0
+        self.skips = (0, 0)  # samples seen, skipped: summed over data ranks as of the last step
+        self.skip_warnings = SkipWarnings("data")
         self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir)
         if self.resumed_from is not None:
             state, data_states = ckpt.load_checkpoint(self.resumed_from, ctx, self.model, self.optimizer,
@@ -176,6 +204,13 @@ class Trainer:
             if len(batches) == wanted:
                 return batches
         return None
+
+    def _step_totals(self, batches: list[dict[str, Any]] | None) -> torch.Tensor | None:
+        """Global label tokens of the step (None: data ran out); updates ``self.skips`` and warns of new skips."""
+        ledger = SkipLedger.from_dict(self.stream.report())
+        self.skip_warnings.update(ledger)
+        count, self.skips = step_totals(self.ctx, batches, self._label_count, (ledger.seen, ledger.total))
+        return count
 
     def _forward_sum(self, batch: dict[str, Any]) -> torch.Tensor:
         float_dtype = torch.bfloat16 if self.cfg.training.bf16 else None
@@ -244,6 +279,9 @@ class Trainer:
                              base_dir=self.base_dir)
         batches = list(stream)
         stream.close()
+        if stream.ledger.total:
+            logger.warning("eval data: skipped %d of %d samples: %s", stream.ledger.total, stream.ledger.seen,
+                           stream.ledger.top(len(stream.ledger.counts)))
         # every rank decides together, before any forward: a lone raise would leave the others in FSDP
         if ctx.all_reduce_min(len(batches)) == 0:
             raise ConfigError(f"data.eval_dataset_path: the eval set gives no batch on at least one of the "
@@ -289,10 +327,14 @@ class Trainer:
                            config=cfg.model_dump(mode="json")) as log:
             while self.step < self.total:
                 batches = self._draw()
-                count = global_label_count(ctx, batches, self._label_count)
+                count = self._step_totals(batches)
                 if count is None:  # some rank ran out: every rank stops here
                     logger.warning("data ran out after %d optimiser steps (of %d)", self.step, self.total)
                     break
+                if over_limit(*self.skips, cfg.data.max_skip_fraction, final=False):  # same totals on every rank
+                    ledger = self._finish_data(log, result)
+                    self.stream.close()
+                    raise self._limit_error(ledger)
                 lr = self.scheduler.get_last_lr()[0]
                 count, loss_sum, norm = self.train_step(batches, count)
                 self.step += 1
@@ -313,13 +355,15 @@ class Trainer:
                 if self.step % save_every == 0 or self.step == self.total:
                     log.flush()  # every sink holds the steps up to this checkpoint before it exists
                     last_saved = self._save()
+            ledger = self._finish_data(log, result)
         if last_saved is None and self.resumed_from is not None and result.steps == self.step:
             last_saved = self.resumed_from  # nothing left to train: the checkpoint is the result
         if last_saved is None or ckpt.read_state(last_saved)["step"] != self.step:
             last_saved = self._save() if self.step > 0 else None
         result.steps, result.checkpoint, result.model = self.step, last_saved, self.model
-        result.data_report = self.stream.report()
         self.stream.close()
+        if over_limit(ledger.seen, ledger.total, cfg.data.max_skip_fraction, final=True):
+            raise self._limit_error(ledger)  # after the last checkpoint (resume to export), before the export
         if self.export and last_saved is not None:
             if ctx.is_main:
                 from vlforge.train.export import export_checkpoint
@@ -330,6 +374,39 @@ class Trainer:
             result.export_dir = self.output_dir / FINAL_DIR
         return result
 
+    def _finish_data(self, log: MetricsLogger, result: RunResult) -> SkipLedger:
+        """Every data shard's report summed (a collective), written to ``data_report.json`` and logged by rank 0.
+
+        Sets ``result.data_report`` and returns the summed ledger (the same on every rank).
+        """
+        from vlforge.data.packing import PackingStats
+
+        ctx = self.ctx
+        reports = ctx.all_gather_object(self.stream.report())[::ctx.sp_degree]  # one per data shard
+        ledger = SkipLedger.merged([SkipLedger.from_dict(r) for r in reports])
+        packing = PackingStats(*(sum(r["packing"][k] for r in reports) for k in
+                                 ("batches", "samples", "real_tokens", "computed_tokens", "budget_tokens")))
+        limit = self.cfg.data.max_skip_fraction
+        over = over_limit(ledger.seen, ledger.total, limit, final=True)
+        result.data_report = {**ledger.to_dict(), "max_skip_fraction": limit, "over_limit": over,
+                              "step": self.step, "data_shards": len(reports), "packing": packing.to_dict()}
+        if ctx.is_main:
+            path = atomic_write_json(self.output_dir / DATA_REPORT, result.data_report, writer="train")
+            if ledger.total:
+                logger.warning("data: %d of %d samples skipped (%.1f%%, limit %.1f%%): %s; report: %s", ledger.total,
+                               ledger.seen, 100 * ledger.share, 100 * limit, ledger.top(len(ledger.counts)), path)
+            else:
+                logger.info("data: %d samples seen, none skipped; report: %s", ledger.seen, path)
+        log.log({"step": self.step, "epoch_progress": round(self.step / self.total, 4) if self.total else 0.0,
+                 "samples_seen": ledger.seen, "samples_used": ledger.seen - ledger.total,
+                 "skipped": ledger.total, "skipped_share": round(ledger.share, 6),
+                 "skipped_by_reason": dict(sorted(ledger.counts.items())), "data_report": DATA_REPORT})
+        return ledger
+
+    def _limit_error(self, ledger: SkipLedger) -> Exception:
+        return limit_error(ledger, self.cfg.data.max_skip_fraction, what="data", key=SKIP_KEY,
+                           report=self.output_dir / DATA_REPORT)
+
     def _record(self, acc: torch.Tensor, tokens: int, steps: int, seconds: float, lr: float) -> dict[str, Any]:
         """The metrics of the last interval: the one host sync (and all-reduce) per ``logging_steps``."""
         ctx = self.ctx
@@ -339,7 +416,8 @@ class Trainer:
         loss_sum, count, norm_sum = global_acc.tolist()
         return {"step": self.step, "loss": loss_sum / max(count, 1.0), "lr": lr, "grad_norm": norm_sum / steps,
                 "label_tokens": int(count), "tokens_per_s": float(tok.item()) / ctx.sp_degree / max(seconds, 1e-9),
-                "epoch_progress": round(self.step / self.total, 4)}
+                "epoch_progress": round(self.step / self.total, 4),
+                "samples_seen": self.skips[0], "skipped": self.skips[1]}
 
 
 def _tokens(batch: dict[str, Any]) -> int:
