@@ -188,8 +188,14 @@ CASES: list[Case] = [
                                                    data=f"{f.replace(' ', '_')}.jsonl")],
            (f"{fault.replace(' ', '_')}.jsonl", "line 1", FAULTS[fault][1]), slow=True)
       for fault in FAULTS],
-    # Not yet here: a dataset that is empty after filter_overlong with max_steps set keeps reading (a hang,
-    # noted on issue 17); it belongs in this table once train stops on it.
+    Case("train", "empty after filtering (max_steps)",
+         lambda r: ["train", train_yaml(r, "t_filtered.yaml", packing={"packing": False, "max_length": 4,
+                                                                          "filter_overlong": True})],
+         ("good.jsonl", "no usable sample", "overlong=")),
+    Case("train", "empty after filtering (epochs)",
+         lambda r: ["train", train_yaml(r, "t_filtered_ep.yaml", training={"max_steps": None, "num_train_epochs": 1},
+                                        packing={"packing": False, "max_length": 4, "filter_overlong": True})],
+         ("no usable sample", "overlong=")),
     # extract
     Case("extract", "missing data", lambda r: ["extract", "--model", MISSING_MODEL, "--data", "gone.jsonl",
                                                "--out", "ex"], ("--data", "gone.jsonl", "not found")),

@@ -233,3 +233,22 @@ def test_resume_anywhere_property(make_processor, tmp_path):
         assert resumed.report()["skipped"].get("malformed_json") == 1
 
     check()
+
+
+def test_a_pass_with_no_usable_sample_stops_instead_of_reading_forever(make_processor, media_dir):
+    """Every record filtered (or skipped): an endless stream (``max_steps`` training) must not spin on it."""
+    write_jsonl(media_dir / "long.jsonl", [chat("long " * 300), chat("longer " * 400), "{broken json"])
+    cfg = DataConfig(datasets=[{"path": "long.jsonl"}], on_error="skip", max_length=50, epochs=None)
+    stream = DataStream(cfg, make_processor(), base_dir=media_dir)
+    finite = DataStream(cfg.model_copy(update={"epochs": 2}), make_processor(), base_dir=media_dir)
+    assert list(finite) == [] and finite.report()["skipped_total"] == 6  # a finite stream just ends, counted
+    with pytest.raises(DataError, match=r"long\.jsonl.*no usable sample.*3 record\(s\).*malformed_json=1, overlong=2"):
+        next(stream)
+
+
+def test_a_shard_left_without_records_says_so(make_processor, media_dir):
+    write_jsonl(media_dir / "one.jsonl", [chat("only one")])
+    cfg = DataConfig(datasets=[{"path": "one.jsonl"}], epochs=None)
+    assert next(DataStream(cfg, make_processor(), base_dir=media_dir, shard_id=0, num_shards=2))["input_ids"].numel()
+    with pytest.raises(DataError, match=r"shard 1 of 2.*no usable sample"):
+        next(DataStream(cfg, make_processor(), base_dir=media_dir, shard_id=1, num_shards=2))

@@ -45,6 +45,24 @@ def test_schedule_length_equals_batches_of_the_real_multi_epoch_stream(trainer, 
     assert count_steps(cfg, data_cfg, trainer.processor, trainer.ctx, ".") == real
 
 
+@pytest.mark.parametrize("workers", [2, 3])
+def test_schedule_length_with_dataloader_workers_equals_the_batches_the_workers_yield(trainer, checkpoint, workers):
+    """Each DataLoader worker packs its own share of the records, so it flushes its own last, partly full bin."""
+    from vlforge.train.data_setup import RankData
+
+    raw = tiny_config(trainer.output_dir, checkpoint, packing={"packing": True, "packing_length": 700},
+                      training={"max_steps": None, "num_train_epochs": 1, "gradient_accumulation_steps": 1})
+    raw["dataloader_num_workers"] = workers
+    cfg = TrainConfig.model_validate(raw)
+    data_cfg = data_config(cfg)
+    loader = RankData(data_cfg, trainer.processor, rank=0, world_size=1, workers=workers)
+    real = sum(1 for _ in loader) // micro_batches(cfg)
+    loader.close()
+    single = open_stream(data_cfg, trainer.processor, rank=0, world_size=1, base_dir=".")
+    assert real > sum(1 for _ in single)  # the case that was miscounted: more batches than one stream packs
+    assert count_steps(cfg, data_cfg, trainer.processor, trainer.ctx, ".") == real
+
+
 def _stop_worker(rank: int, port: int, results) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)

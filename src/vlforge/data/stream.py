@@ -44,6 +44,29 @@ class Pending:
     sample: ProcessedSample
 
 
+class _EmptyPassGuard:
+    """Stops a stream that read one whole pass over its records without admitting a single sample.
+
+    Without it an endless stream (``epochs=None``, i.e. training by ``max_steps``) whose every record is
+    filtered or skipped would rewind and read forever; a finite one just ends. A stream restored mid-pass
+    needs one full pass after the restore before it can tell.
+    """
+
+    def __init__(self, epoch: int, *, fresh: bool) -> None:
+        self.start = epoch if fresh else epoch + 1
+        self.drawn = self.admitted = 0
+
+    def check(self, epoch: int, stream: DataStream) -> None:
+        if self.admitted or epoch <= self.start or stream.config.epochs is not None:
+            return  # a finite stream simply ends; its (empty) report says why
+        sources = ", ".join(str(e.path) for e in stream.entries)
+        where = f" (shard {stream.shard_id} of {stream.num_shards})" if stream.num_shards > 1 else ""
+        skipped = ", ".join(f"{k}={v}" for k, v in sorted(stream.ledger.counts.items())) or "none"
+        raise DataError(f"{sources}{where}: no usable sample in a full pass over the data: {self.drawn} record(s) "
+                        f"read, skipped: {skipped}; check packing.max_length / packing_length, filter_overlong "
+                        "and the records themselves")
+
+
 class DataStream:
     """Iterator of collated batches for one shard (``shard_id`` of ``num_shards``)."""
 
@@ -63,6 +86,7 @@ class DataStream:
         self.finished = False
         self.reported = False
         self.ready: deque[list[Pending]] = deque()
+        self._empty_pass = _EmptyPassGuard(self.mixture.epoch, fresh=True)
         if config.packing:
             self.grouper: Binner | LengthGrouper = Binner(config.packing_length, config.packing_strategy,
                                                           config.packing_open_bins)
@@ -113,6 +137,7 @@ class DataStream:
                 self._final_report()
                 raise StopIteration
             drawn = self.mixture.next()
+            self._empty_pass.check(self.mixture.epoch, self)
             if drawn is None:
                 self.ready.extend(self.grouper.flush())
                 self.finished = True
@@ -123,8 +148,10 @@ class DataStream:
                 continue
             if (self.draws - 1) % self.num_shards != self.shard_id:
                 continue
+            self._empty_pass.drawn += 1
             pending = self._admit(*drawn)
             if pending is not None:
+                self._empty_pass.admitted += 1
                 self.ready.extend(self.grouper.add(pending, len(pending.sample)))
         return self._collate(self.ready.popleft())
 
@@ -200,6 +227,7 @@ class DataStream:
         self.ready = deque([[pending(r) for r in group] for group in state["ready"]])
         self.ledger.load_state_dict(state["ledger"])
         self.stats = PackingStats.from_dict(state["stats"])
+        self._empty_pass = _EmptyPassGuard(self.mixture.epoch, fresh=False)
 
     def close(self) -> None:
         self.mixture.close()

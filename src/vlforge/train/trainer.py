@@ -30,6 +30,7 @@ import logging
 import math
 import random
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +39,7 @@ from typing import Any
 import torch
 
 from vlforge.data.errors import SkipLedger, SkipWarnings, limit_error, over_limit
-from vlforge.errors import ConfigError, OutputError
+from vlforge.errors import ConfigError, DataError, OutputError
 from vlforge.outputs import atomic_write_json, check_output_dir, owned
 from vlforge.train import checkpoint as ckpt
 from vlforge.train.config import load_config
@@ -97,13 +98,24 @@ def count_steps(cfg: TrainConfig, data_cfg: Any, processor: Any, ctx: DistContex
     """Optimiser steps of ``num_train_epochs``: a counting pass over this rank's real stream; min over ranks.
 
     The pass reads all ``ceil(num_train_epochs)`` epochs as training will (the packer is flushed only
-    at the very end, not per epoch), so the count equals the steps the stream can feed; a fractional
+    at the very end, not per epoch), with one stream per DataLoader worker when there are workers (each
+    packs its own share), so the count equals the steps the data can feed; a fractional
     epoch count takes that share of them.
     """
     logger.info("schedule: counting batches with one pass over the data (set training.max_steps to skip it)")
-    stream = open_stream(data_cfg, processor, rank=ctx.data_rank, world_size=ctx.data_world, base_dir=base_dir)
-    batches = sum(1 for _ in stream)
-    stream.close()
+    workers = cfg.dataloader_num_workers
+    batches, skipped = 0, Counter()
+    for role in range(max(workers, 1)):  # with DataLoader workers each one packs (and flushes) its own share
+        stream = open_stream(data_cfg, processor, rank=ctx.data_rank * max(workers, 1) + role,
+                             world_size=ctx.data_world * max(workers, 1), base_dir=base_dir)
+        batches += sum(1 for _ in stream)
+        skipped.update(stream.report()["skipped"])
+        stream.close()
+    if ctx.all_reduce_min(batches) == 0:  # every rank stops together
+        counts = ", ".join(f"{k}={v}" for k, v in sorted(skipped.items())) or "none"
+        where = f"rank {ctx.rank} has {batches} batch(es)" if ctx.distributed else "no usable sample"
+        raise DataError(f"data: {where} in {data_cfg.epochs} epoch(s) (skipped here: {counts}); check "
+                        "packing.max_length / packing_length, filter_overlong and the dataset")
     available = ctx.all_reduce_min(batches // micro_batches(cfg))
     epochs = cfg.training.num_train_epochs
     passes = data_cfg.epochs or math.ceil(epochs)
