@@ -128,20 +128,26 @@ def profile(
     as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
 ) -> None:
     """Time every component of a VLM through forward hooks: share, FLOPs, anomalies, stock vs patched."""
-    from vlforge import profile as profile_job
     from vlforge.cli_args import build_options, parse_list
+    from vlforge.models.refs import check_model_ref
+    from vlforge.profile.options import ProfileOptions, check_trace_dir
 
     options = build_options(
-        profile_job.ProfileOptions, model=model, synthetic=synthetic, images=image or [], video=video,
+        ProfileOptions, model=model, synthetic=synthetic, images=image or [], video=video,
         video_frames=video_frames, batch_sizes=parse_list(batch_sizes, cast=int, flag="--batch-sizes"),
         dtype=dtype, device=device, attn=parse_list(attn, flag="--attn"), warmup=warmup, repeats=repeats,
         compare=parse_list(compare, flag="--compare"), trace_dir=trace,
     )
-    if plot is not None:  # fail before the run, not after it
+    check_trace_dir(options)  # every check before torch and the model load (a typo costs < 1 s)
+    if plot is not None:
         from vlforge.outputs import check_output_file
+        from vlforge.profile.render import require_matplotlib
 
-        profile_job.require_matplotlib()
+        require_matplotlib()
         check_output_file(plot, flag="--plot")
+    check_model_ref(options.model)
+    from vlforge import profile as profile_job
+
     report = profile_job.run_profile(options)
     if plot is not None:
         profile_job.plot(report, plot)
@@ -173,18 +179,22 @@ def verify(
     require_identical_generation: Annotated[bool, typer.Option(help="Also fail when generations differ.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
 ) -> None:
-    """Prove the patched model computes the same outputs as the stock one; exit 2 naming any failed check."""
-    from vlforge import verify as verify_job
+    """Prove the patched model computes the same outputs as the stock one; exit 3 naming any failed check."""
     from vlforge.cli_args import build_options
+    from vlforge.models.refs import check_model_ref
+    from vlforge.verify.options import VerifyOptions
 
     options = build_options(
-        verify_job.VerifyOptions, model=model, synthetic=synthetic, images=image or [], video=video,
+        VerifyOptions, model=model, synthetic=synthetic, images=image or [], video=video,
         video_frames=video_frames, batch_size=batch_size, dtype=dtype, device=device, attn=attn,
         precision=precision, generate_tokens=generate, tower_reference=tower_reference,
         max_fp32_layer_diff=max_fp32_layer_diff, min_bf16_layer_cosine=min_bf16_layer_cosine,
         min_tower_cosine=min_tower_cosine, max_kl=max_kl, min_top1=min_top1,
         require_identical_generation=require_identical_generation,
     )
+    check_model_ref(options.model)  # every check before torch and the model load
+    from vlforge import verify as verify_job
+
     report = verify_job.run_verify(options)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
@@ -194,7 +204,7 @@ def verify(
         for check in report.checks:
             if not check.passed:
                 console.print(f"[bold red]verify failed:[/] {check.describe()}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2)
+        raise typer.Exit(3)  # 2 is bad input
 
 
 @app.command()
@@ -235,10 +245,21 @@ def train(
     """Train in this process (for several: torchrun ... -m vlforge.train CONFIG); export to OUTPUT_DIR/final."""
     import json
 
-    from vlforge.train.trainer import run
+    from vlforge.train import preflight
+    from vlforge.train import validate as validate_job
 
     extra = [] if token_audit else ["model.token_audit=false"]
-    result = run(config, [*(overrides or []), *extra], progress=not as_json and sys.stderr.isatty())
+    settings = [*(overrides or []), *extra]
+    report = validate_job.check(config, settings)  # every check before torch and the model load
+    if not report.ok:
+        for line in report.error_lines():
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2)
+    preflight.check_outputs(report.resolved.config)
+    preflight.check_model(report.resolved.config)
+    from vlforge.train.trainer import run
+
+    result = run(config, settings, progress=not as_json and sys.stderr.isatty())
     summary = {"output_dir": str(result.output_dir), "steps": result.steps, "losses": result.losses,
                "eval_losses": result.eval_losses, "checkpoint": str(result.checkpoint) if result.checkpoint else None,
                "export_dir": str(result.export_dir) if result.export_dir else None,
@@ -321,7 +342,7 @@ def tokens_audit(
     rewrite_out: Annotated[Path | None, typer.Option(help="Write the rewritten template / regex here.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
 ) -> None:
-    """Audit tags: encoding, generated vs prefilled, weights verdicts. Exit 2 untrained, 1 weak, 0 fine."""
+    """Audit tags: encoding, generated vs prefilled, weights verdicts. Exit 3 untrained, 1 weak, 0 fine (2: bad input)."""
     from vlforge.tokens.command import audit_command
 
     raise typer.Exit(audit_command(
@@ -379,17 +400,22 @@ def extract(
     """Extract features into a sharded, resumable cache (works under torchrun; see docs/extract.md)."""
     import json
 
-    from vlforge.cli_args import parse_list
-    from vlforge.extract import run_extract
+    from vlforge.cli_args import build_options, parse_list
+    from vlforge.extract.options import ExtractOptions
+    from vlforge.extract.preflight import preflight
 
-    summary = run_extract(
-        model=model, data=data, out=out, features=parse_list(features, flag="--features"),
+    options = build_options(
+        ExtractOptions, model=model, data=data, out=out, features=parse_list(features, flag="--features"),
         layers=parse_list(layers, cast=int, flag="--layers"), dtype=dtype, batch_size=batch_size,
         shard_size=shard_size, format=fmt, num_workers=num_workers, on_error=on_error,
         max_skip_fraction=max_skip_fraction, attn_implementation=attn,
         id_field=id_field, weights_hash=weights_hash, device=device, overwrite=overwrite,
-        token_audit=token_audit, progress=show_progress and not as_json,
+        token_audit=token_audit,
     )
+    preflight(options)  # every check before torch and the model load (a typo costs < 1 s)
+    from vlforge.extract import run_extract
+
+    summary = run_extract(options, progress=show_progress and not as_json)
     if as_json:
         typer.echo(json.dumps(summary.to_dict(), indent=2))
 

@@ -23,7 +23,7 @@ def _audit_json(*args: str) -> tuple[int, dict]:
 
 def test_r1_format_on_base_model_fails_with_2(lm_untied):
     code, report = _audit_json("--model", str(lm_untied.path), "--format", "r1")
-    assert code == 2 and report["exit_code"] == 2 and report["verdict"] == UNTRAINED
+    assert code == 3 and report["exit_code"] == 3 and report["verdict"] == UNTRAINED
     assert report["schema_version"] == "vlforge.tokens.audit/1"
     by_tag = {f["tag"]: f for f in report["findings"]}
     assert by_tag["<think>"]["verdict"] == UNTRAINED and by_tag["<think>"]["added"] == [True]
@@ -70,7 +70,7 @@ def test_reward_regex_and_rewrite_out(lm_tied, tmp_path):
     regex = r"^<think>.*?</think>\s*<answer>.*?</answer>$"
     out = tmp_path / "regex.txt"
     code, report = _audit_json("--model", str(lm_tied.path), "--reward-regex", regex, "--rewrite-out", str(out))
-    assert code == 2
+    assert code == 3
     assert {f["tag"] for f in report["findings"]} == {"<think>", "</think>", "<answer>", "</answer>"}
     new = report["rewritten"]["regex"]
     assert report["rewritten"]["regex_checked"] is True and out.read_text() == new
@@ -120,7 +120,7 @@ def test_bad_input_is_one_line_error(tmp_path):
 def test_rewritten_template_renders_the_alternative(lm_untied, tmp_path):
     out = tmp_path / "template.jinja"
     code, report = _audit_json("--model", str(lm_untied.path), "--rewrite-out", str(out))
-    assert code == 2  # thinking mode: <think> is generated
+    assert code == 3  # thinking mode: <think> is generated
     rw = report["rewritten"]
     new_open = rw["mapping"]["<think>"]
     assert rw["template_checked"] is True and out.read_text() == rw["template"]

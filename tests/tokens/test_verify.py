@@ -30,4 +30,4 @@ def test_audit_verify_fills_probabilities(lm_tied):
     (finding,) = report.findings
     (row,) = finding.id_reports
     assert row.verify_prob is not None and row.verify_prob < MIN_PROB
-    assert finding.verdict == "untrained" and report.exit_code == 2
+    assert finding.verdict == "untrained" and report.exit_code == 3

@@ -1,4 +1,4 @@
-"""``vlforge verify``: passes on every tiny family, fails (exit 2, naming the check) on a corrupted fast path."""
+"""``vlforge verify``: passes on every tiny family, fails (exit 3, naming the check) on a corrupted fast path."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_cli_verify_fails_with_exit_2_naming_the_check(tiny_checkpoint, corrupte
     path = tiny_checkpoint("qwen3_vl")
     result = CliRunner().invoke(app, ["verify", "--model", str(path), "--synthetic", "1x32x32", "--generate", "0",
                                       "--no-tower-reference", "--json"])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 3, result.output
     report = VerifyReport.model_validate(json.loads(result.stdout))
     assert not report.passed
     assert "patch_layer.fp32_max_abs_diff" in report.failed

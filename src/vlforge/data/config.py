@@ -27,6 +27,9 @@ from vlforge.strict import StrictModel
 VIDEO_KEYS = ("video_sampling_strategy", "fps", "frame_num", "video_min_frames", "video_max_frames",
               "video_min_pixels", "video_max_pixels", "video_total_pixels", "min_pixels", "max_pixels")
 
+LMMS_FAMILIES = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+"""Families whose LMMS Engine processor ``label_mode: lmms`` reproduces."""
+
 
 class DatasetEntry(BaseModel):
     """One dataset file of the mixture (unknown keys keep their exact location in the error)."""

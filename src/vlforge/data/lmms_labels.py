@@ -34,7 +34,6 @@ import torch
 from vlforge.data.schema import Conversation, TextPart
 
 IGNORE_INDEX = -100
-LMMS_FAMILIES = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
 LMMS_SYSTEM = "You are a helpful assistant"
 HEADER_TOKENS = 3  # <|im_start|> role \n: never a label of an assistant message
 

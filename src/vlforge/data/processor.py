@@ -23,8 +23,9 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
+from vlforge.data.config import LMMS_FAMILIES
 from vlforge.data.errors import SampleError
-from vlforge.data.lmms_labels import LMMS_FAMILIES, VideoLayout, encode_lmms
+from vlforge.data.lmms_labels import VideoLayout, encode_lmms
 from vlforge.data.media import load_image, resolve_media
 from vlforge.data.rope import mrope_position_ids
 from vlforge.data.schema import Conversation, TextPart

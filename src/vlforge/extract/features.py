@@ -21,46 +21,13 @@ Example:
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from vlforge.errors import ConfigError
-from vlforge.extract.options import DEEPSTACK_FAMILIES, VISION_FEATURES, ExtractOptions
-
-#: Stored keys whose first dimension varies per sample (concatenated in a shard, with offsets).
-RAGGED = ("vision_tokens", "vision_pooled", "deepstack", "vision_items")
-
-
-def check_against_config(config_path: Path, options: ExtractOptions) -> None:
-    """``--layers`` and ``--features`` checked against the checkpoint's ``config.json``, before it loads.
-
-    The same rules as :class:`FeatureExtractor` applies to the loaded model, read from the file alone.
-    """
-    import json
-
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ConfigError(f"{config_path}: cannot read the model config: {error}") from None
-    family = str(config.get("model_type", ""))
-    if "deepstack" in options.features and family and family not in DEEPSTACK_FAMILIES:
-        raise ConfigError(f"--features deepstack: {family} has no deepstack features "
-                          f"(only {', '.join(DEEPSTACK_FAMILIES)})")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    layers = text.get("num_hidden_layers", config.get("num_hidden_layers"))
-    if not isinstance(layers, int):
-        return  # an unusual layout: the loaded model is checked by FeatureExtractor
-    check_layers(options.layers, layers + 1)
-
-
-def check_layers(layers: list[int], num_hidden: int) -> None:
-    """Every index in ``layers`` addresses one of ``num_hidden`` hidden states (negative from the end)."""
-    for layer in layers:
-        if not -num_hidden <= layer < num_hidden:
-            raise ConfigError(f"--layers {layer}: the model has {num_hidden} hidden states "
-                              f"(0 = embeddings .. {num_hidden - 1} = last)")
+from vlforge.extract.options import DEEPSTACK_FAMILIES, RAGGED, VISION_FEATURES, ExtractOptions  # noqa: F401
+from vlforge.extract.preflight import check_layers
 
 
 def stored_keys(features: list[str]) -> list[str]:

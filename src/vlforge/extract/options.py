@@ -28,6 +28,8 @@ FEATURES = {
 VISION_FEATURES = ("vision_tokens", "vision_pooled", "deepstack")
 HIDDEN_FEATURES = ("hidden_mean", "hidden_last")
 DEEPSTACK_FAMILIES = ("qwen3_vl", "qwen3_vl_moe")
+#: Stored keys whose first dimension varies per sample (concatenated in a shard, with offsets).
+RAGGED = ("vision_tokens", "vision_pooled", "deepstack", "vision_items")
 
 
 class ExtractOptions(StrictModel):

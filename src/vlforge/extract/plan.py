@@ -18,60 +18,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import yaml
 from torch.utils.data import IterableDataset, get_worker_info
 
-from vlforge.data import DataConfig, SampleError, load_config, parse_conversation, resolve_entries
+from vlforge.data import DataConfig, SampleError, parse_conversation, resolve_entries
 from vlforge.data.config import ResolvedEntry
 from vlforge.data.mixture import Mixture
 from vlforge.data.packing import collate_padded
 from vlforge.data.processor import QwenVLProcessor
-from vlforge.errors import ConfigError
-from vlforge.train.data_check import path_problem
+from vlforge.extract.preflight import check_entries, data_config
 
 logger = logging.getLogger(__name__)
-
-_TABLE_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
-
-
-def data_config(data: str | Path, *, on_error: str) -> tuple[DataConfig, Path]:
-    """A :class:`DataConfig` and its ``base_dir`` for ``--data``: a dataset file, dataset YAML or data config YAML.
-
-    A YAML mapping with keys besides ``datasets`` is a data config (``vlforge.data.load_config``);
-    otherwise it is an LMMS-style dataset list. ``on_error`` overrides the config's policy.
-    """
-    path = Path(data)
-    problem = path_problem(path, "file")
-    if problem:
-        raise ConfigError(f"--data {problem}")
-    if path.suffix.lower() in (".yaml", ".yml"):
-        try:
-            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
-        if isinstance(raw, dict) and set(raw) - {"datasets"}:
-            cfg = load_config(path)
-        else:
-            cfg = DataConfig(datasets=path.name)
-        base = path.parent
-    elif path.suffix.lower() in _TABLE_SUFFIXES:
-        cfg, base = DataConfig(datasets=[{"path": str(path.resolve())}]), Path(".")
-    else:
-        raise ConfigError(f"--data {path}: expected a .jsonl/.json/.parquet/.arrow dataset or a .yaml config")
-    if cfg.epochs is None:
-        raise ConfigError(f"{path}: epochs: null (repeat forever) cannot be extracted; use epochs: 1")
-    return cfg.model_copy(update={"on_error": on_error, "epochs": 1, "error_report": None}), base
-
-
-def check_entries(entries: list[ResolvedEntry]) -> None:
-    """Every data file and media folder of ``entries`` exists (one-line ConfigError naming the first that does not)."""
-    for entry in entries:
-        problem = path_problem(entry.path, "file") or path_problem(entry.data_folder, "folder")
-        if problem:
-            raise ConfigError(f"--data: {problem}")
 
 
 def count_records(entries: list[ResolvedEntry], *, seed: int) -> int:

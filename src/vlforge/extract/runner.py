@@ -34,16 +34,14 @@ from vlforge.data.errors import SkipLedger, SkipLimitError, SkipWarnings, limit_
 from vlforge.dist import DistContext, init_distributed
 from vlforge.errors import ConfigError, DataError
 from vlforge.extract import manifest as mf
-from vlforge.extract.features import RAGGED, FeatureExtractor, check_against_config, stored_keys
-from vlforge.extract.options import FEATURES, ExtractOptions
+from vlforge.extract.features import FeatureExtractor, stored_keys
+from vlforge.extract.options import FEATURES, RAGGED, ExtractOptions
 from vlforge.extract.plan import (
     ChunkStream,
-    check_entries,
     count_records,
-    data_config,
-    resolve_entries,
     shard_ranges,
 )
+from vlforge.extract.preflight import check_against_config, preflight
 from vlforge.extract.shards import (
     atomic_write_json,
     receipt_path,
@@ -54,7 +52,6 @@ from vlforge.extract.shards import (
     write_shard,
 )
 from vlforge.models.load import resolve_device
-from vlforge.outputs import check_output_dir
 
 logger = logging.getLogger(__name__)
 
@@ -184,14 +181,10 @@ def _run(opts: ExtractOptions, ctx: DistContext, progress: bool, start: float, l
     from vlforge.models import load, parse_dtype
     from vlforge.models.load import resolve
 
-    root = check_output_dir(opts.out, flag="--out", mode="into")
-    mf.check_target(root)
+    root, cfg, _, entries = preflight(opts)
     device = ctx.device
-    cfg, base = data_config(opts.data, on_error=opts.on_error)
-    entries = resolve_entries(cfg, base)
-    check_entries(entries)
     if loaded is None:
-        check_against_config(resolve(opts.model) / "config.json", opts)  # --layers / --features, before loading
+        check_against_config(resolve(opts.model) / "config.json", opts)  # a preset's or hub id's, before loading
         loaded = load(opts.model, dtype=opts.dtype, device=device, attn_implementation=opts.attn_implementation)
     elif next(loaded.model.parameters()).dtype != parse_dtype(opts.dtype):
         raise ConfigError(f"extract: the loaded model is {next(loaded.model.parameters()).dtype}, --dtype is {opts.dtype}")

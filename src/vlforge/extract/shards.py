@@ -25,11 +25,12 @@ import hashlib
 import io
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
-from vlforge.extract.features import RAGGED
+from vlforge.extract.options import RAGGED
 from vlforge.outputs import atomic_write_bytes
 
 
@@ -49,6 +50,7 @@ def sha256_file(path: Path, block: int = 1 << 22) -> str:
 
 
 def _safetensors_bytes(rows: list[dict[str, torch.Tensor]], sample_ids: list[str], indices: list[int]) -> bytes:
+    import torch
     from safetensors.torch import save
 
     tensors: dict[str, torch.Tensor] = {"row_index": torch.tensor(indices, dtype=torch.int64)}
@@ -66,6 +68,8 @@ def _safetensors_bytes(rows: list[dict[str, torch.Tensor]], sample_ids: list[str
 
 
 def _raw_bytes(t: torch.Tensor) -> bytes:
+    import torch
+
     return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 

@@ -24,7 +24,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,17 +35,11 @@ if TYPE_CHECKING:
 from vlforge.errors import ConfigError, ModelLoadError
 from vlforge.models import tiny
 from vlforge.models.compat import ensure_processor_support
+from vlforge.models.refs import DTYPE_NAMES, PRESET_PREFIX, local_checkpoint, parse_preset
 
 logger = logging.getLogger(__name__)
 
-PRESET_PREFIX = "tiny:"
-_PRESET = re.compile(r"^tiny:(?P<family>[a-z0-9_]+)(?P<untied>\+untied)?(?:@(?P<seed>-?\d+))?$")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-_DTYPES = {
-    "float32": "float32", "fp32": "float32", "float": "float32",
-    "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float16": "float16", "fp16": "float16", "half": "float16",
-}
+
 
 
 @dataclass
@@ -76,10 +69,10 @@ def parse_dtype(dtype: Any):
         key = dtype.strip().lower().removeprefix("torch.")
         if key == "auto":
             return "auto"
-        if key in _DTYPES:
-            return getattr(torch, _DTYPES[key])
+        if key in DTYPE_NAMES:
+            return getattr(torch, DTYPE_NAMES[key])
     raise ConfigError(
-        f"unknown dtype {dtype!r}; use one of {', '.join(sorted(set(_DTYPES) | {'auto'}))} or a torch.dtype"
+        f"unknown dtype {dtype!r}; use one of {', '.join(sorted(set(DTYPE_NAMES) | {'auto'}))} or a torch.dtype"
     )
 
 
@@ -108,14 +101,7 @@ def preset_path(preset: str) -> Path:
 
 
 def _preset(preset: str) -> tuple[Path, str, int, bool]:
-    match = _PRESET.match(preset.strip())
-    if match is None:
-        raise ConfigError(
-            f"bad preset {preset!r}; expected tiny:FAMILY[+untied][@SEED] with FAMILY one of "
-            + ", ".join(tiny.families())
-        )
-    family, seed, tied = match["family"], int(match["seed"] or 0), match["untied"] is None
-    tiny.spec(family)
+    family, seed, tied = parse_preset(preset)
     import transformers
 
     fingerprint = json.dumps(
@@ -148,15 +134,9 @@ def resolve(path_or_preset: str | os.PathLike[str]) -> Path:
     text = os.fspath(path_or_preset)
     if text.startswith(PRESET_PREFIX):
         return preset_path(text)
-    path = Path(text).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise ModelLoadError(f"{path} is a file; pass the checkpoint directory that holds config.json")
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path} has no config.json; it is not a Hugging Face checkpoint directory")
-        return path.absolute()
-    if not _HUB_ID.match(text) or text.startswith((".", "~")):
-        raise ModelLoadError(f"{path} does not exist (and is neither a tiny: preset nor an org/name hub id)")
+    local = local_checkpoint(text)
+    if local is not None:
+        return local
     return _download(text)
 
 
@@ -244,19 +224,6 @@ def load(
         path=path,
         family=config.model_type,
     )
-
-
-def dtype_name(dtype: str) -> str:
-    """Canonical name (``float32``, ``bfloat16``, ``float16``) of a dtype alias such as ``"bf16"``.
-
-    Example:
-        >>> dtype_name("bf16")
-        'bfloat16'
-    """
-    key = dtype.strip().lower().removeprefix("torch.")
-    if key not in _DTYPES:
-        raise ConfigError(f"unknown dtype {dtype!r}; use one of {', '.join(sorted(_DTYPES))}")
-    return _DTYPES[key]
 
 
 def resolve_device(device: str) -> torch.device:

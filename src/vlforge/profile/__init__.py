@@ -26,7 +26,7 @@ _EXPORTS = {
     "ComponentStats": "vlforge.profile.report",
     "ProfileReport": "vlforge.profile.report",
     "RunProfile": "vlforge.profile.report",
-    "ProfileOptions": "vlforge.profile.runner",
+    "ProfileOptions": "vlforge.profile.options",
     "run_profile": "vlforge.profile.runner",
     "ComponentTimer": "vlforge.profile.timer",
 }

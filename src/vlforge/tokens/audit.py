@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA = "vlforge.tokens.audit/1"
 Verdict = Literal["untrained", "weak", "trained", "unknown"]
-EXIT_CODES = {det.UNTRAINED: 2, det.WEAK: 1, det.UNKNOWN: 0, det.TRAINED: 0}
+EXIT_CODES = {det.UNTRAINED: 3, det.WEAK: 1, det.UNKNOWN: 0, det.TRAINED: 0}
 MAX_VERIFY_IDS = 64
 
 

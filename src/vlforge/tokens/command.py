@@ -33,6 +33,23 @@ def resolve_model(model: Path | str | None) -> Path | None:
     return resolve(str(model))
 
 
+def check_paths(*, model: Path | str | None, tokenizer: Path | None = None, template: Path | None = None) -> None:
+    """The model reference and input files, refused before torch or transformers is imported."""
+    from vlforge.models.refs import check_model_ref
+
+    if model is not None:
+        check_model_ref(model)
+    for flag, path, kind in (("--tokenizer", tokenizer, "dir"), ("--template", template, "file")):
+        if path is None:
+            continue
+        if not path.exists():
+            raise ConfigError(f"{flag} {path}: not found")
+        if kind == "file" and not path.is_file():
+            raise ConfigError(f"{flag} {path}: is a directory, not a template file")
+        if kind == "dir" and not path.is_dir():
+            raise ConfigError(f"{flag} {path}: is a file; pass the tokenizer directory")
+
+
 def split_list(values: list[str] | None) -> list[str]:
     """Repeatable, comma-separated option values as one list (``--tags '<a>,</a>' --tags '<b>'``)."""
     out: list[str] = []
@@ -70,12 +87,13 @@ def audit_command(*, model: Path | None, tokenizer: Path | None, tags: list[str]
                   fmt: str | None, reference_ids: list[str] | None, thresholds: list[str] | None, verify: bool,
                   verify_dtype: str, rewrite_out: Path | None, json_output: bool) -> int:
     """Run the audit, print it (table or JSON) and return the exit code."""
+    check_paths(model=model, tokenizer=tokenizer, template=template)
+    if rewrite_out is not None:
+        check_output_file(rewrite_out, flag="--rewrite-out")
     from vlforge.tokens.audit import AuditOptions, run_audit
     from vlforge.tokens.detect import THRESHOLDS
     from vlforge.tokens.render import print_audit
 
-    if rewrite_out is not None:
-        check_output_file(rewrite_out, flag="--rewrite-out")
     th = key_values(thresholds, "--threshold", numbers=True)
     unknown = sorted(set(th) - set(THRESHOLDS))
     if unknown:
@@ -102,6 +120,7 @@ def audit_command(*, model: Path | None, tokenizer: Path | None, tags: list[str]
 def fix_command(*, model: Path, out: Path, strategy: str, ids: list[str] | None, tags: list[str] | None,
                 seed: int, noise: float, trainable_rows: Path | None, json_output: bool) -> int:
     """Write the repaired checkpoint and print which rows changed."""
+    check_paths(model=model)
     from vlforge.tokens.fix import FixOptions, fix_checkpoint
     from vlforge.tokens.render import print_fix
 

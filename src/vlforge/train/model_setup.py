@@ -31,6 +31,7 @@ import torch
 from vlforge.errors import ConfigError
 from vlforge.train.dist import DistContext
 from vlforge.train.module_names import resolve_layer_classes, resolve_lora_targets, resolve_modules
+from vlforge.train.preflight import PEFT_MISSING, check_supported
 from vlforge.train.schema import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -91,9 +92,6 @@ def layer_classes(model: torch.nn.Module, names: list[str] | None) -> set[type]:
     return {found[name] for name in wanted if name in found}
 
 
-PEFT_MISSING = "model.lora needs peft, which is not installed here: pip install peft (or remove model.lora)"
-
-
 def apply_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
     """Wrap ``model`` in a peft ``PeftModel`` with adapters per ``lora`` (a ``model.lora`` section).
 
@@ -110,15 +108,6 @@ def apply_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
     except ValueError as error:  # e.g. no module matches target_modules
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConfigError(f"model.lora.target_modules {list(lora.target_modules)}: {first}") from error
-
-
-def check_supported(cfg: TrainConfig) -> None:
-    """Refuse settings this trainer cannot honour (one line each)."""
-    if cfg.training.fp16:
-        raise ConfigError("training.fp16: float16 training (loss scaling) is not available in vlforge's trainer; "
-                          "use training.bf16: true")
-    if cfg.model.lora is not None and importlib.util.find_spec("peft") is None:
-        raise ConfigError(PEFT_MISSING)
 
 
 def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:

@@ -66,7 +66,7 @@ def check(path: str | Path, overrides: Iterable[str] = ()) -> ValidateReport:
     except ConfigValidationError as error:
         return ValidateReport(str(path), problems=error.problems)
     from vlforge.errors import ConfigError
-    from vlforge.train.model_setup import check_supported
+    from vlforge.train.preflight import check_supported
 
     try:
         check_supported(resolved.config)
