@@ -41,7 +41,7 @@ def test_bad_config_gives_one_line_naming_the_key(path: Path) -> None:
 
 
 def test_several_independent_problems_are_all_reported(write_yaml) -> None:
-    path = write_yaml(MINIMAL + "training: {learning_rate: 0, warmup_ratio: 2}\ncheckpointing: {save_steps: 0}\n")
+    path = write_yaml(MINIMAL + "training: {learning_rate: -1, warmup_ratio: 2}\ncheckpointing: {save_steps: 0}\n")
     report = check(path)
     assert not report.ok
     keys = sorted(problem.path for problem in report.problems)

@@ -66,7 +66,7 @@ def test_qwen3_values() -> None:
 
 def _expected_inert() -> set[str]:
     """The guide keys that cannot act on this machine, decided from what is importable here."""
-    expected = {"video.video_backend"}  # always: vlforge decodes with PyAV
+    expected = set()  # video_backend: qwen_vl_utils is LMMS Engine's default: no warning
     if importlib.util.find_spec("liger_kernel") is None:
         expected.add("use_liger_kernel")
     if importlib.util.find_spec("wandb") is None:

@@ -1,4 +1,4 @@
-"""The LMMS key table: one native key per LMMS key, covers the guide, drives translation and the docs."""
+"""The LMMS key table: honoured keys map onto native keys, take LMMS Engine's defaults, drive the docs."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import yaml
 from cfgkit import GUIDE_NAMES, REPO, guide_path
 
 from vlforge.train.doc_tables import all_native_keys, mapping_table, schema_tables
-from vlforge.train.lmms_compat import BY_LMMS, KEY_TABLE, translate
+from vlforge.train.lmms_compat import BY_LMMS, KEY_TABLE, Expand, Ignore, classification, translate
+from vlforge.train.lmms_keys import lmms_fields
+from vlforge.train.schema import SECTION_FIELDS
 
 DOCS = REPO / "docs" / "train.md"
 
@@ -21,22 +23,26 @@ def _leaf_paths(data, prefix=()):
                 yield (*prefix, key)
 
 
-def test_every_native_target_exists_and_is_used_once() -> None:
+def test_every_native_target_exists_and_every_lmms_key_is_in_the_schema() -> None:
     natives = set(all_native_keys())
     for entry in KEY_TABLE:
-        assert entry.native in natives, entry
-    assert len({entry.native for entry in KEY_TABLE}) == len(KEY_TABLE)
+        assert entry.native == "" or entry.native in natives or entry.native in SECTION_FIELDS, entry
+        assert entry.lmms in lmms_fields(), entry.lmms
     assert len({entry.lmms for entry in KEY_TABLE}) == len(KEY_TABLE)
+    shared = [e.lmms for e in KEY_TABLE if e.native == "data.seed"]
+    assert shared == ["dataset_config.data_seed", "trainer_args.data_seed"]  # the only native key of two LMMS keys
+    others = [e.native for e in KEY_TABLE if e.native and e.native != "data.seed"]
+    assert len(others) == len(set(others))
 
 
 @pytest.mark.parametrize("name", GUIDE_NAMES)
-def test_every_guide_key_is_in_the_table(name: str) -> None:
+def test_every_guide_key_is_honoured(name: str) -> None:
     config = yaml.safe_load(guide_path(name).read_text())[0]["config"]
     seen = 0
     for path in _leaf_paths(config):
         key = ".".join(path)
         lmms = key if path[0] in ("trainer_type", "dataset_config", "model_config") else f"trainer_args.{key}"
-        assert lmms in BY_LMMS, lmms
+        assert classification(lmms) == "honoured" or lmms == "dataset_config.video_backend", lmms
         seen += 1
     assert seen >= 35
 
@@ -63,23 +69,47 @@ def test_translation_puts_each_key_where_the_table_says(entry) -> None:
 @pytest.mark.parametrize(("lmms", "value", "native"), [
     ("dataset_config.dataset_type", "vision", False),
     ("dataset_config.dataset_type", "qwen3_vl_iterable", True),
+    ("dataset_config.dataset_type", "vision_iterable", False),  # vlforge streams anyway and counts the steps
     ("trainer_args.max_steps", 12, 12),
     ("trainer_args.resume_from_checkpoint", True, "auto"),
     ("trainer_args.resume_from_checkpoint", "ckpt/step-5", "ckpt/step-5"),
+    ("trainer_args.optim", "adamw_torch", "adamw_torch"),
+    ("trainer_args.reduce_dtype", "half", "float16"),
+    ("trainer_args.output_dtype", "float32", "float32"),
 ])
 def test_value_conversions(lmms: str, value, native) -> None:
     entry = BY_LMMS[lmms]
     assert entry.convert(value) == native
 
 
-def test_unset_values_take_native_defaults() -> None:
+def test_values_without_effect_and_expansions() -> None:
+    assert isinstance(BY_LMMS["trainer_args.optim"].convert("adafactor"), Ignore)
+    pixels = BY_LMMS["dataset_config.processor_config.extra_kwargs"].convert({"image_max_pixels": 50176})
+    assert pixels == Expand({"processor.max_pixels": 50176})
+    with pytest.raises(ValueError, match="video_max_pixels"):
+        BY_LMMS["dataset_config.processor_config.extra_kwargs"].convert({"video_max_pixels": 1})
+    with pytest.raises(ValueError, match="not a floating dtype"):
+        BY_LMMS["trainer_args.reduce_dtype"].convert("int8")
+
+
+def test_left_out_keys_take_lmms_engine_defaults() -> None:
     result = translate({"trainer_args": {"max_steps": -1, "eval_steps": None}, "dataset_config": None}, "t.yaml")
-    assert result.problems == [] and result.native == {}
+    assert result.problems == [] and result.warnings == []
+    training = result.native["training"]
+    assert "max_steps" not in training and "eval_steps" not in training  # null / -1: unset
+    assert (training["learning_rate"], training["per_device_train_batch_size"], training["num_train_epochs"]) == (
+        5e-05, 8, 3.0)
+    assert result.native["packing"] == {"packing": False, "packing_length": 32000, "filter_overlong": True,
+                                        "group_by_length": False}
+    assert result.native["checkpointing"]["output_dir"] == "trainer_output"
+    assert result.native["fsdp"]["reduce_dtype"] == result.native["fsdp"]["output_dtype"] == "bfloat16"
+    # where a left-out key would be written, for error messages
+    assert result.source_path(("training", "learning_rate")) == ("trainer_args", "learning_rate")
 
 
 def test_docs_list_every_key_and_carry_the_generated_tables() -> None:
     text = DOCS.read_text(encoding="utf-8")
     for entry in KEY_TABLE:
-        assert f"`{entry.lmms}`" in text and f"`{entry.native}`" in text, entry.lmms
+        assert f"`{entry.lmms}`" in text, entry.lmms
     assert mapping_table() in text, "docs/train.md mapping table is stale: python -m vlforge.train.doc_tables"
     assert schema_tables() in text, "docs/train.md schema tables are stale: python -m vlforge.train.doc_tables"

@@ -69,7 +69,7 @@ def test_override_values_are_validated_and_name_the_override(write_yaml) -> None
     with pytest.raises(ConfigValidationError) as info:
         load_config(write_yaml(MINIMAL), ["training.learning_rate=-1"])
     assert str(info.value) == (
-        "override 'training.learning_rate=-1': training.learning_rate: Input should be greater than 0 (got -1)"
+        "override 'training.learning_rate=-1': training.learning_rate: Input should be greater than or equal to 0 (got -1)"
     )
     with pytest.raises(ConfigValidationError, match=r"override 'sp_ulysses_degree=0': sp_ulysses_degree: Input should"):
         load_config(write_yaml(MINIMAL), ["sp_ulysses_degree=0"])

@@ -68,7 +68,7 @@ def resolve_config(path: str | Path, overrides: Iterable[str] = ()) -> ResolvedC
         config = TrainConfig.model_validate(native)
     except ValidationError as error:
         raise ConfigValidationError(_problems(error, source, translation, from_overrides)) from None
-    warnings = config.inert_warnings()
+    warnings = [*translation.warnings, *config.inert_warnings()]
     for warning in warnings:
         logger.warning("%s: %s", source.origin, warning)
     return ResolvedConfig(config, source.origin, translation.layout, warnings)

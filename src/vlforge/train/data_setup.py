@@ -53,7 +53,7 @@ def data_config(cfg: TrainConfig, *, eval_set: bool = False) -> DataConfig:
     kwargs: dict[str, Any] = {
         "datasets": datasets, "on_error": data.on_error, "allow_path_escape": data.allow_path_escape,
         "label_mode": data.label_mode,
-        "seed": cfg.training.seed, "epochs": epochs, "packing": packing.packing,
+        "seed": cfg.training.seed if data.seed is None else data.seed, "epochs": epochs, "packing": packing.packing,
         "packing_strategy": packing.packing_strategy, "filter_overlong": packing.filter_overlong,
         "max_length": limit, "batch_size": cfg.training.per_device_train_batch_size,
         "group_by_length": packing.group_by_length, "video_sampling_strategy": video.video_sampling_strategy,

@@ -69,6 +69,11 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
     with quiet_single_process():
         dcp.load({"model": weights}, checkpoint_id=checkpoint / WEIGHTS_DIR, no_dist=True)  # rank 0 alone
     set_model_state_dict(model, weights)
+    overrides = (state.get("config") or {}).get("model", {}).get("overwrite_config")
+    if overrides:  # the trained model's config (LMMS Engine's overwrite_config), as training set it
+        from vlforge.train.model_setup import overwrite_config
+
+        overwrite_config(model, overrides)
     if lora is not None:
         model = model.merge_and_unload()
         logger.info("merged the LoRA adapters into the base weights")

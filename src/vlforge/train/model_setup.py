@@ -2,9 +2,13 @@
 
 Master weights are fp32 unless ``fsdp.mixed_precision: pure_bf16``. With several processes and
 ``fsdp.fsdp2`` every layer class (``transformer_layer_cls_to_wrap``, else the model's
-``_no_split_modules``) becomes its own ``fully_shard`` unit and the root holds the rest; with bf16
-the policy computes in bf16 and reduces gradients in fp32 (``fp32_master``) or bf16 (``pure_bf16``).
-In one process there is no sharding; bf16 compute then runs under ``torch.autocast``.
+``_no_split_modules``) becomes its own ``fully_shard`` unit and the root holds the rest. The
+mixed-precision policy computes in ``TrainConfig.param_dtype()`` (bf16 with ``training.bf16``, float16
+with ``fsdp.param_dtype: float16``), reduces gradients in ``fsdp.reduce_dtype`` (default fp32, bf16 with
+``pure_bf16``) and casts each unit's outputs to ``fsdp.output_dtype`` when set. With
+``fsdp.hsdp_shard_size: N`` the mesh is ``(world / N, N)``: sharded within groups of N ranks, replicated
+across them (HSDP). In one process there is no sharding; a compute dtype below the master weights' runs
+under ``torch.autocast`` and ``output_dtype`` is a forward hook on the same units.
 
 Example:
     >>> from vlforge.train.model_setup import freeze
@@ -47,7 +51,7 @@ class TrainModel:
     sharded: bool
     compute_dtype: torch.dtype
     autocast: bool
-    """bf16 compute under ``torch.autocast`` (one process, fp32 master weights)."""
+    """Compute under ``torch.autocast`` in ``compute_dtype`` (one process, master weights in a wider dtype)."""
 
     def autocast_context(self, device: torch.device):
         if self.autocast:
@@ -120,14 +124,16 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
     bf16 = cfg.training.bf16
     pure = bf16 and cfg.fsdp.mixed_precision == "pure_bf16"
     master = torch.bfloat16 if pure else torch.float32
+    compute = getattr(torch, cfg.param_dtype())
     loaded = load(cfg.model.load_from_pretrained_path, dtype=master, device="cpu",
                   attn_implementation=cfg.resolved_attn_implementation())
     model = loaded.model
+    if cfg.model.overwrite_config:
+        overwrite_config(model, cfg.model.overwrite_config)
     if cfg.model.patch:
         report = vlforge.patch(model, precision=cfg.model.patch_precision)
         logger.info("patch: %s", report.summary())
-    guard(model, "bfloat16" if bf16 else "float32", precision=cfg.model.patch_precision,
-          tokens=cfg.model.token_audit)
+    guard(model, cfg.param_dtype(), precision=cfg.model.patch_precision, tokens=cfg.model.token_audit)
     if cfg.model.freeze_modules:
         count = freeze(model, cfg.model.freeze_modules)
         total = sum(p.numel() for p in model.parameters())
@@ -156,8 +162,64 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
         shard_model(model, cfg, ctx)
     else:
         model.to(ctx.device)
-    compute = torch.bfloat16 if bf16 else torch.float32
-    return TrainModel(model, loaded, sharded, compute, autocast=bf16 and not pure and not sharded)
+        if cfg.fsdp.output_dtype:  # what FSDP2's policy does to each unit's outputs, without sharding
+            cast_outputs(model, layer_classes(model, cfg.fsdp.transformer_layer_cls_to_wrap),
+                         getattr(torch, cfg.fsdp.output_dtype))
+    if compute != master:
+        logger.info("precision: %s compute over %s master weights%s", cfg.param_dtype(), str(master)[6:],
+                    " (float16 without loss scaling, as LMMS Engine's fsdp2 trainer)" if compute == torch.float16
+                    else "")
+    return TrainModel(model, loaded, sharded, compute, autocast=compute != master and not sharded)
+
+
+def overwrite_config(model: torch.nn.Module, values: dict[str, Any]) -> None:
+    """LMMS Engine's ``overwrite_config``: set each attribute on ``model.config``, and on the model where it has it."""
+    for key, value in values.items():
+        setattr(model.config, key, value)
+        if getattr(model, key, None) is not None:
+            setattr(model, key, value)
+        logger.info("model.overwrite_config: %s = %r", key, value)
+
+
+def cast_outputs(model: torch.nn.Module, classes: set[type], dtype: torch.dtype) -> int:
+    """Cast the floating outputs of every ``classes`` module outside the vision tower, and of ``model``, to ``dtype``
+    (FSDP2's ``output_dtype`` on the units ``shard_model`` would make); returns the hooks added."""
+    from torch.distributed.utils import _apply_to_tensors
+
+    def cast(module: torch.nn.Module, args: Any, output: Any) -> Any:
+        return _apply_to_tensors(lambda t: t.to(dtype) if t.is_floating_point() else t, output)
+
+    units = [m for name, m in model.named_modules() if isinstance(m, tuple(classes)) and not _in_vision_tower(name)]
+    for module in [*units, model]:
+        module.register_forward_hook(cast)
+    return len(units) + 1
+
+
+def precision_policy(cfg: TrainConfig) -> Any:
+    """FSDP2's ``MixedPrecisionPolicy`` of ``cfg`` (param, reduce and output dtypes; see the module docstring)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    param = cfg.param_dtype()
+    pure = cfg.training.bf16 and cfg.fsdp.mixed_precision == "pure_bf16"
+    reduce = cfg.fsdp.reduce_dtype or ("bfloat16" if pure else "float32" if param != "float32" else None)
+    output = cfg.fsdp.output_dtype
+    return MixedPrecisionPolicy(param_dtype=None if param == "float32" else getattr(torch, param),
+                                reduce_dtype=getattr(torch, reduce) if reduce else None,
+                                output_dtype=getattr(torch, output) if output else None)
+
+
+def fsdp_mesh(cfg: TrainConfig, ctx: DistContext) -> Any:
+    """The device mesh of ``fully_shard``: all ranks, or ``(replicate, shard)`` groups with ``hsdp_shard_size``."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    size = cfg.fsdp.hsdp_shard_size
+    if not size:
+        return init_device_mesh(ctx.device.type, (ctx.world_size,))
+    if ctx.world_size % size:
+        raise ConfigError(f"fsdp.hsdp_shard_size: {size} does not divide the {ctx.world_size} process(es) of this "
+                          "run")
+    logger.info("HSDP: shard within groups of %d ranks, replicate across %d group(s)", size, ctx.world_size // size)
+    return init_device_mesh(ctx.device.type, (ctx.world_size // size, size), mesh_dim_names=("replicate", "shard"))
 
 
 #: Attribute names of the vision tower in the supported families.
@@ -177,14 +239,10 @@ def fill_missing_grads(model: torch.nn.Module) -> None:
 
 def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext) -> None:
     """``fully_shard`` each layer-class module, then the root (in place)."""
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import fully_shard
 
-    mesh = init_device_mesh(ctx.device.type, (ctx.world_size,))
-    policy = MixedPrecisionPolicy()
-    if cfg.training.bf16:
-        reduce = torch.bfloat16 if cfg.fsdp.mixed_precision == "pure_bf16" else torch.float32
-        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
+    mesh = fsdp_mesh(cfg, ctx)
+    policy = precision_policy(cfg)
     classes = tuple(layer_classes(model, cfg.fsdp.transformer_layer_cls_to_wrap))
     units, in_tower = [], 0
     for name, module in model.named_modules():

@@ -7,21 +7,35 @@ key table as files. Values are read as YAML (``true``, ``1e-4``, ``[visual]``, `
 Example:
     >>> native = {"training": {"learning_rate": 1e-5}}
     >>> applied = apply_overrides(native, ["training.learning_rate=3e-4", "trainer_args.bf16=true"])
-    >>> native["training"], sorted(applied)
-    ({'learning_rate': '3e-4', 'bf16': True}, [('training', 'bf16'), ('training', 'learning_rate')])
+    >>> native["training"], native["fsdp"], sorted(applied)[:2]
+    ({'learning_rate': '3e-4', 'bf16': True}, {'mixed_precision': 'pure_bf16', 'param_dtype': 'bfloat16'}, [('fsdp', 'mixed_precision'), ('fsdp', 'param_dtype')])
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import Any, get_args, get_origin
 
 import yaml
 
-from vlforge.train.lmms_compat import BY_LMMS, GROUPS, LMMS_SECTIONS, group_children
+from vlforge.train.lmms_compat import (
+    BY_LMMS,
+    GROUPS,
+    LMMS_SECTIONS,
+    Expand,
+    Ignore,
+    classification,
+    group_children,
+    inert_reason,
+    precision_values,
+)
+from vlforge.train.lmms_keys import REFUSED, REFUSED_OK, is_default
 from vlforge.train.problems import ConfigValidationError, PathT, Problem, render_path, suggest
 from vlforge.train.schema import TrainConfig, model_in_annotation
 from vlforge.train.suggestions import unknown_key_message
+
+logger = logging.getLogger(__name__)
 
 
 def apply_overrides(native: dict[str, Any], overrides: Iterable[str]) -> dict[PathT, str]:
@@ -46,39 +60,57 @@ def apply_overrides(native: dict[str, Any], overrides: Iterable[str]) -> dict[Pa
             continue
         parts = key.split(".")
         if parts[0] in LMMS_SECTIONS:
-            resolved = _lmms_path(parts, value, origin, problems)
+            resolved = _lmms_paths(parts, value, origin, problems)
         else:
             native_path = _native_path(parts, origin, problems)
-            resolved = None if native_path is None else (native_path, value)
-        if resolved is None:
-            continue
-        path, value = resolved
-        problem = _assign(native, path, value)
-        if problem:
-            problems.append(Problem(origin, None, render_path(path), problem))
-        else:
-            applied[path] = origin
+            resolved = None if native_path is None else [(native_path, value)]
+        for path, value in resolved or ():
+            problem = _assign(native, path, value)
+            if problem:
+                problems.append(Problem(origin, None, render_path(path), problem))
+            else:
+                applied[path] = origin
     if problems:
         raise ConfigValidationError(problems)
     return applied
 
 
-def _lmms_path(parts: list[str], value: Any, origin: str, problems: list[Problem]) -> tuple[PathT, Any] | None:
+def _lmms_paths(parts: list[str], value: Any, origin: str,
+                problems: list[Problem]) -> list[tuple[PathT, Any]] | None:
+    """Native (path, value) pairs of one LMMS-key override (several for ``bf16``; none for an inert key)."""
     dotted = ".".join(parts)
-    entry = BY_LMMS.get(dotted)
-    if entry is None:
+    kind = classification(dotted)
+    if kind in ("unknown", "group"):
         group = next(g for g in sorted(GROUPS, key=len, reverse=True) if dotted.startswith(g + ".") or g == "")
         close = suggest(dotted[len(group) + 1:] if group else dotted, group_children(group))
         hint = f"; did you mean {group + '.' + close!r}?" if close else ""
         problems.append(Problem(origin, None, dotted, f"unknown LMMS key{hint}"))
         return None
+    if kind != "honoured":
+        if is_default(dotted, value) or value in REFUSED_OK.get(dotted, ()):
+            return []
+        if kind == "refused":
+            problems.append(Problem(origin, None, dotted, f"{value!r} is refused: {REFUSED[dotted]}"))
+            return None
+        logger.warning("%s: %s has no effect: %s", origin, dotted, inert_reason(dotted))
+        return []
+    if dotted in ("trainer_args.bf16", "trainer_args.fp16"):
+        if value is None or (dotted == "trainer_args.fp16" and not value):
+            return []
+        values = precision_values(bool(value) and dotted == "trainer_args.bf16")
+        return [(tuple(native.split(".")), item) for native, item in values.items()]
+    entry = BY_LMMS[dotted]
     if entry.convert is not None and value is not None:
         try:
             value = entry.convert(value)
         except ValueError as error:
             problems.append(Problem(origin, None, dotted, str(error)))
             return None
-    return tuple(entry.native.split(".")), value
+    if isinstance(value, Ignore):
+        logger.warning("%s: %s has no effect: %s", origin, dotted, value.reason)
+        return []
+    values = value.values if isinstance(value, Expand) else {entry.native: value} if entry.native else {}
+    return [(tuple(native.split(".")), item) for native, item in values.items()]
 
 
 def _native_path(parts: list[str], origin: str, problems: list[Problem]) -> PathT | None:

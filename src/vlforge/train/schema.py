@@ -77,7 +77,7 @@ class DataConfig(Section):
     """Read the data as a stream (iterable dataset, length unknown): ``training.max_steps`` is required."""
     shuffle: bool = False
     """Accepted for LMMS compatibility; has no effect: records are read in file order and only the draws
-    between mixture entries are seeded by ``training.seed`` (no shuffle buffer; ``true`` logs a warning)."""
+    between mixture entries are seeded by ``data.seed`` (no shuffle buffer; ``true`` logs a warning)."""
     on_error: Literal["raise", "skip"] = "raise"
     """A sample that cannot be used stops training (``raise``) or is skipped, counted and reported (``skip``)."""
     max_skip_fraction: float = Field(default=0.1, ge=0.0, le=1.0)
@@ -87,6 +87,9 @@ class DataConfig(Section):
     """Dataset YAML or data file for the eval loss (used when ``training.eval_strategy`` is ``steps``)."""
     allow_path_escape: bool = False
     """Allow relative media paths that leave their ``data_folder`` (rejected by default)."""
+    seed: int | None = Field(default=None, ge=0)
+    """Seed of the data order (the draws between mixture entries); null uses ``training.seed``. LMMS Engine's
+    ``data_seed``."""
     label_mode: Literal["assistant", "lmms"] = "assistant"
     """Which tokens are trained on: ``assistant`` replies and their ``<|im_end|>``, or ``lmms``: LMMS Engine
     0.1.4's template and masking (also its template's special tokens and newlines; Qwen2.5-VL, Qwen3-VL)."""
@@ -222,6 +225,9 @@ class ModelConfig(Section):
     """Apply ``vlforge.patch`` (patch-embedding convolutions as one GEMM) after loading."""
     patch_precision: Literal["native", "fp32"] = "native"
     """Precision of the patched GEMM: the input's own dtype, or fp32 then cast back."""
+    overwrite_config: dict[str, Any] | None = None
+    """Model config attributes set after loading (LMMS Engine's ``overwrite_config``): each key is set on
+    ``model.config`` and, where the model has that attribute too, on the model; exported with the model."""
     token_audit: bool = True
     """Audit the chat template's special tokens for untrained rows at start-up (a few seconds; see
     docs/tokens.md); ``vlforge train --no-token-audit`` sets it to false."""
@@ -239,8 +245,11 @@ class TrainingConfig(Section):
     """Samples (or packed rows) per process per micro-step."""
     gradient_accumulation_steps: int = Field(default=1, ge=1)
     """Micro-steps per optimiser step; the loss is the mean over all label tokens of the whole step."""
-    learning_rate: float = Field(default=1e-5, gt=0)
-    """Peak learning rate of AdamW."""
+    learning_rate: float = Field(default=1e-5, ge=0)
+    """Peak learning rate of AdamW; 0 is allowed (the weights then stay as loaded; a warning says so)."""
+    optim: Literal["adamw_torch_fused", "adamw_torch"] = "adamw_torch_fused"
+    """AdamW implementation: ``adamw_torch_fused`` (the fused kernel where the device has one, else foreach,
+    with a log line) or ``adamw_torch`` (``torch.optim.AdamW`` with foreach)."""
     weight_decay: float = Field(default=0.0, ge=0)
     """AdamW decoupled weight decay."""
     adam_beta1: float = Field(default=0.9, ge=0, lt=1)
@@ -260,7 +269,12 @@ class TrainingConfig(Section):
     lr_scheduler_type: Literal["linear", "cosine", "constant", "wsd"] = "linear"
     """Schedule after warm-up: linear or cosine decay to 0, constant, or warmup-stable-decay."""
     lr_decay_ratio: float = Field(default=0.1, gt=0, le=1)
-    """For ``wsd``: fraction of the total steps spent in the final decay."""
+    """For ``wsd``: fraction of the total steps spent in the final decay (unless ``lr_scheduler_kwargs``
+    gives ``stable_ratio``)."""
+    lr_scheduler_kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Schedule parameters (LMMS Engine's): ``cosine``: ``min_lr_ratio``, ``num_cycles``; ``wsd``: those and
+    ``stable_ratio`` (share of the post-warm-up steps held, then a cosine decay) and ``decay`` (``linear`` or
+    ``cosine``); ``constant``: ``start_factor``, ``end_factor`` (the warm-up ramps between them)."""
     max_grad_norm: float | None = Field(default=1.0, gt=0)
     """Clip the global gradient norm to this value; null disables clipping."""
     seed: int = Field(default=42, ge=0)
@@ -273,11 +287,20 @@ class TrainingConfig(Section):
     """``steps``: compute the eval loss every ``eval_steps`` on ``data.eval_dataset_path``."""
     eval_steps: int | None = Field(default=None, ge=1)
     """Optimiser steps between eval-loss computations."""
+    use_cpu: bool = False
+    """Train on the CPU (gloo between processes) even where CUDA is available."""
+    ddp_timeout: int = Field(default=1800, ge=1)
+    """Seconds a collective may wait before the process group gives up (``init_process_group(timeout=)``)."""
 
     @field_validator("eval_strategy", mode="before")
     @classmethod
     def _yaml_no(cls, value: Any) -> Any:
         return "no" if value is False else value  # YAML 1.1 reads an unquoted `no` as false
+
+    @field_validator("lr_scheduler_kwargs", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainingConfig:
@@ -287,6 +310,7 @@ class TrainingConfig(Section):
             raise field_error("warmup_steps", "give warmup_ratio or warmup_steps, not both")
         if self.eval_strategy == "steps" and self.eval_steps is None:
             raise field_error("eval_steps", "eval_strategy: steps needs eval_steps")
+        _check_schedule_kwargs(self.lr_scheduler_type, self.lr_scheduler_kwargs)
         return self
 
 
@@ -302,6 +326,19 @@ class FsdpConfig(Section):
     """Free gathered parameters after the forward (less memory, one more all-gather in backward)."""
     mixed_precision: Literal["fp32_master", "pure_bf16"] = "fp32_master"
     """With bf16: fp32 master weights and fp32 gradient reduction, or everything in bf16 (less memory)."""
+    param_dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """Compute dtype of the parameters (FSDP2's ``param_dtype``; in one process an autocast to it); null:
+    bfloat16 with ``training.bf16``, else float32. ``float16`` runs without loss scaling, as LMMS Engine's
+    fsdp2 trainer does with ``bf16: false``."""
+    reduce_dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """Dtype gradients are reduced in across ranks (FSDP2's ``reduce_dtype``; the all-reduce of
+    ``fsdp2: false``); null: float32, or bfloat16 with ``pure_bf16``."""
+    output_dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    """Dtype the floating outputs of every layer unit and of the model are cast to (FSDP2's ``output_dtype``;
+    the same units get a cast in one process); null: no cast."""
+    hsdp_shard_size: int = Field(default=0, ge=0)
+    """HSDP: shard within groups of this many consecutive ranks and replicate across the groups; 0 shards
+    over all ranks (1, pure replication, is refused as in LMMS Engine)."""
 
     @field_validator("transformer_layer_cls_to_wrap", mode="before")
     @classmethod
@@ -315,12 +352,22 @@ class FsdpConfig(Section):
             raise ValueError("an empty list wraps nothing; use null for the model's own layer classes")
         return value
 
+    @field_validator("hsdp_shard_size")
+    @classmethod
+    def _not_one(cls, value: int) -> int:
+        if value == 1:
+            raise ValueError("hsdp_shard_size: 1 would replicate every parameter (pure DDP), which LMMS Engine "
+                             "refuses too; use 0 to shard over all ranks or > 1 for HSDP")
+        return value
+
 
 class LoggingConfig(Section):
     """Metrics cadence and sinks (a JSONL file in ``output_dir`` is always written)."""
 
     logging_steps: int = Field(default=10, ge=1)
     """Optimiser steps between metric logs (the only host syncs for logging)."""
+    logging_first_step: bool = False
+    """Also log the first optimiser step on its own (then every ``logging_steps``)."""
     report_to: list[Literal["wandb", "tensorboard"]] = Field(default_factory=list)
     """Extra sinks: ``wandb``, ``tensorboard`` (``none`` or [] for none, ``all`` for both)."""
     run_name: str | None = None
@@ -345,8 +392,11 @@ class CheckpointingConfig(Section):
 
     output_dir: str = Field(default="output", min_length=1)
     """Directory of checkpoints, metrics and the final Hugging Face export."""
+    save_strategy: Literal["steps", "epoch", "no"] = "steps"
+    """When checkpoints are written: every ``save_steps``, at the end of every epoch, or (``no``) only at the
+    end of the run (the checkpoint the export is made from)."""
     save_steps: int = Field(default=500, ge=1)
-    """Optimiser steps between checkpoints."""
+    """Optimiser steps between checkpoints (``save_strategy: steps``)."""
     save_total_limit: int | None = Field(default=None, ge=1)
     """Keep at most this many checkpoints (oldest deleted first); null keeps all."""
     resume: str = Field(default="auto", min_length=1)
@@ -385,6 +435,9 @@ class TrainConfig(Section):
     warning."""
     dataloader_num_workers: int = Field(default=0, ge=0)
     """DataLoader worker processes per training process."""
+    dataloader_pin_memory: bool = False
+    """Copy each batch into pinned (page-locked) host memory before the non-blocking copy to a CUDA device
+    (no effect on the CPU)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -404,7 +457,17 @@ class TrainConfig(Section):
             raise field_error("data.eval_dataset_path", "eval_strategy: steps needs data.eval_dataset_path")
         if self.fsdp.mixed_precision == "pure_bf16" and not self.training.bf16:
             raise field_error("fsdp.mixed_precision", "mixed_precision: pure_bf16 needs training.bf16: true")
+        if self.training.bf16 and self.fsdp.param_dtype not in (None, "bfloat16"):
+            raise field_error("fsdp.param_dtype", f"param_dtype: {self.fsdp.param_dtype} contradicts "
+                              "training.bf16: true (bfloat16 compute)")
+        if self.fsdp.hsdp_shard_size and self.sp_ulysses_degree > 1:
+            raise field_error("fsdp.hsdp_shard_size", "HSDP (hsdp_shard_size) with sequence parallelism "
+                              "(sp_ulysses_degree > 1) is not supported")
         return self
+
+    def param_dtype(self) -> str:
+        """The compute dtype of the parameters: ``fsdp.param_dtype``, else from ``training.bf16``."""
+        return self.fsdp.param_dtype or ("bfloat16" if self.training.bf16 else "float32")
 
     def to_yaml(self) -> str:
         """The resolved config as native-layout YAML; ``load_config`` of it gives an equal config."""
@@ -451,7 +514,7 @@ def _inert_warnings(cfg: TrainConfig) -> list[str]:
             notes.append(f"logging.report_to: {sink!r} has no effect: {module} is not installed here")
     if cfg.data.shuffle:
         notes.append("data.shuffle: true has no effect: records are read in file order; only the draws between "
-                     "mixture entries are seeded by training.seed (no shuffle buffer)")
+                     "mixture entries are seeded by data.seed (no shuffle buffer)")
     if "use_rmpad" in cfg.model_fields_set and cfg.use_rmpad != cfg.packing.packing:
         notes.append(f"use_rmpad: {str(cfg.use_rmpad).lower()} has no effect: vlforge removes padding exactly "
                      f"when packing.packing is true (here {str(cfg.packing.packing).lower()})")
@@ -466,7 +529,41 @@ def _inert_warnings(cfg: TrainConfig) -> list[str]:
         notes.append("training.eval_steps has no effect: training.eval_strategy is 'no'")
     if cfg.fsdp.mixed_precision == "pure_bf16" and cfg.training.fp16:
         notes.append("fsdp.mixed_precision: 'pure_bf16' has no effect with fp16")
+    if cfg.training.learning_rate == 0:
+        notes.append("training.learning_rate: 0 trains nothing: every update is zero and the weights stay as loaded")
+    if cfg.training.use_cpu and cfg.dataloader_pin_memory:
+        notes.append("dataloader_pin_memory: true has no effect: training.use_cpu is true (pinning serves copies "
+                     "to a CUDA device)")
     return notes
+
+
+#: Parameters each schedule takes in ``training.lr_scheduler_kwargs`` (LMMS Engine's names), and their checks.
+SCHEDULE_KWARGS: dict[str, dict[str, str]] = {
+    "linear": {},
+    "cosine": {"min_lr_ratio": "ratio", "num_cycles": "positive"},
+    "wsd": {"min_lr_ratio": "ratio", "num_cycles": "positive", "stable_ratio": "ratio", "decay": "shape"},
+    "constant": {"start_factor": "ratio", "end_factor": "ratio"},
+}
+
+
+def _check_schedule_kwargs(kind: str, kwargs: dict[str, Any]) -> None:
+    allowed = SCHEDULE_KWARGS[kind]
+    for key, value in kwargs.items():
+        if key not in allowed:
+            names = ", ".join(allowed) or "none"
+            raise field_error(f"lr_scheduler_kwargs.{key}",
+                              f"not a parameter of the {kind} schedule (it takes: {names})")
+        check = allowed[key]
+        if check == "shape":
+            if value not in ("linear", "cosine"):
+                raise field_error(f"lr_scheduler_kwargs.{key}", f"decay must be linear or cosine (got {value!r})")
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise field_error(f"lr_scheduler_kwargs.{key}", f"must be a number (got {value!r})")
+        if check == "ratio" and not 0 <= value <= 1:
+            raise field_error(f"lr_scheduler_kwargs.{key}", f"must be in [0, 1] (got {value!r})")
+        if check == "positive" and value <= 0:
+            raise field_error(f"lr_scheduler_kwargs.{key}", f"must be greater than 0 (got {value!r})")
 
 
 def _flash_attention_usable() -> bool:

@@ -34,7 +34,8 @@ def unknown_key_message(section: str, key: str) -> str:
         return f"misplaced key; it belongs under {homes[0] or 'the top level'}"
     if key in _RENAMED_GROUPS:
         return f"unknown key; LMMS Engine's {key} is the {_RENAMED_GROUPS[key]!r} section here"
-    renamed = [entry for entry in KEY_TABLE if entry.lmms.rsplit(".", 1)[-1] == key]
+    renamed = [entry for entry in KEY_TABLE if entry.lmms.rsplit(".", 1)[-1] == key
+               and entry.native and entry.native not in sections]
     if renamed:
         return f"unknown key; LMMS Engine's {renamed[0].lmms} is {renamed[0].native!r} here"
     close = suggest(key, valid)

@@ -26,6 +26,7 @@ Example (CPU, about a minute):
 
 from __future__ import annotations
 
+import datetime
 import logging
 import math
 import random
@@ -163,7 +164,8 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, *, progress: bool = True, export: bool = True, base_dir: str = ".",
                  ctx: DistContext | None = None) -> None:
         self.cfg, self.progress, self.export, self.base_dir = cfg, progress, export, base_dir
-        self.ctx = ctx or init_distributed()
+        self.ctx = ctx or init_distributed(device=torch.device("cpu") if cfg.training.use_cpu else None,
+                                           timeout=datetime.timedelta(seconds=cfg.training.ddp_timeout))
         self.output_dir = Path(cfg.checkpointing.output_dir)
 
     # -- set-up -----------------------------------------------------------------------------------
@@ -192,6 +194,7 @@ class Trainer:
         self.data_cfg = data_config(cfg)
         self.processor = processor_for(cfg, self.tm.loaded, self.data_cfg)
         self.total = cfg.training.max_steps or count_steps(cfg, self.data_cfg, self.processor, ctx, self.base_dir)
+        self.epoch_steps = self._epoch_steps() if cfg.checkpointing.save_strategy == "epoch" else None
         self.optimizer = build_optimizer(self.model.parameters(), cfg.training, ctx.device)
         self.scheduler = build_scheduler(self.optimizer, cfg.training, self.total)
         self.stream = RankData(self.data_cfg, self.processor, rank=ctx.data_rank, world_size=ctx.data_world,
@@ -212,10 +215,34 @@ class Trainer:
         wanted = micro_batches(self.cfg)
         batches = []
         for batch in self.stream:
-            batches.append(batch)
+            batches.append(pin_batch(batch) if self.pin else batch)
             if len(batches) == wanted:
                 return batches
         return None
+
+    @property
+    def pin(self) -> bool:
+        """``dataloader_pin_memory`` on a CUDA device: batches go through pinned host memory."""
+        return self.cfg.dataloader_pin_memory and self.ctx.device.type == "cuda"
+
+    def _epoch_steps(self) -> int:
+        """Optimiser steps of one pass over the data (``save_strategy: epoch``)."""
+        cfg = self.cfg
+        if cfg.training.max_steps is None:  # the counting pass already ran: its steps over the epochs
+            return max(1, round(self.total / cfg.training.num_train_epochs))
+        one = cfg.model_copy(update={"training": cfg.training.model_copy(update={"max_steps": None,
+                                                                                  "num_train_epochs": 1.0})})
+        return count_steps(one, self.data_cfg.model_copy(update={"epochs": 1}), self.processor, self.ctx,
+                           self.base_dir)
+
+    def _save_due(self) -> bool:
+        """A checkpoint at this step: every ``save_steps`` / epoch (``save_strategy``), and always at the end."""
+        strategy = self.cfg.checkpointing.save_strategy
+        if self.step == self.total:
+            return True
+        if strategy == "steps":
+            return self.step % self.cfg.checkpointing.save_steps == 0
+        return strategy == "epoch" and self.step % self.epoch_steps == 0
 
     def _step_totals(self, batches: list[dict[str, Any]] | None) -> torch.Tensor | None:
         """Global label tokens of the step (None: data ran out); updates ``self.skips`` and warns of new skips."""
@@ -278,9 +305,16 @@ class Trainer:
     def _all_reduce_grads(self) -> None:
         import torch.distributed as dist
 
+        dtype = getattr(torch, self.cfg.fsdp.reduce_dtype) if self.cfg.fsdp.reduce_dtype else None
         for param in self.model.parameters():
-            if param.grad is not None:
+            if param.grad is None:
+                continue
+            if dtype is None or dtype == param.grad.dtype:
                 dist.all_reduce(param.grad, op=dist.ReduceOp.SUM)
+            else:  # fsdp.reduce_dtype: the sum travels in that dtype, as FSDP2's reduce_dtype
+                grad = param.grad.to(dtype)
+                dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+                param.grad.copy_(grad)
 
     # -- eval -------------------------------------------------------------------------------------
     def evaluate(self) -> float:
@@ -328,7 +362,7 @@ class Trainer:
         if not hasattr(self, "stream"):
             self.setup()
         result = RunResult(self.output_dir, self.step, resumed_from=self.resumed_from)
-        log_every, save_every = cfg.logging.logging_steps, cfg.checkpointing.save_steps
+        log_every = cfg.logging.logging_steps
         eval_every = cfg.training.eval_steps if cfg.training.eval_strategy == "steps" else None
         acc = torch.zeros(3, device=ctx.device)  # loss sum, label tokens, grad-norm sum (since the last log)
         tokens, steps_since, since = 0, 0, time.perf_counter()
@@ -354,7 +388,8 @@ class Trainer:
                 tokens += sum(_tokens(b) for b in batches)
                 steps_since += 1
                 log.advance(self.step)
-                if self.step % log_every == 0 or self.step == self.total:
+                first = self.step == 1 and cfg.logging.logging_first_step
+                if self.step % log_every == 0 or self.step == self.total or first:
                     record = self._record(acc, tokens, steps_since, time.perf_counter() - since, lr)
                     result.losses.append(record["loss"])
                     log.log(record)
@@ -364,7 +399,7 @@ class Trainer:
                     value = self.evaluate()
                     result.eval_losses.append(value)
                     log.log({"step": self.step, "eval_loss": value})
-                if self.step % save_every == 0 or self.step == self.total:
+                if self._save_due():
                     log.flush()  # every sink holds the steps up to this checkpoint before it exists
                     last_saved = self._save()
             ledger = self._finish_data(log, result)
@@ -430,6 +465,12 @@ class Trainer:
                 "label_tokens": int(count), "tokens_per_s": float(tok.item()) / ctx.sp_degree / max(seconds, 1e-9),
                 "epoch_progress": round(self.step / self.total, 4),
                 "samples_seen": self.skips[0], "skipped": self.skips[1]}
+
+
+def pin_batch(batch: dict[str, Any]) -> dict[str, Any]:
+    """``batch`` with every CPU tensor in pinned (page-locked) memory, so the copy to CUDA can be non-blocking."""
+    return {k: v.pin_memory() if isinstance(v, torch.Tensor) and v.device.type == "cpu" else v
+            for k, v in batch.items()}
 
 
 def _tokens(batch: dict[str, Any]) -> int:
