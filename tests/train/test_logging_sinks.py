@@ -59,6 +59,9 @@ def _wandb_env(home: Path) -> dict[str, str]:
     (home / "tmp").mkdir(parents=True, exist_ok=True)  # wandb's temporary folders stay under tmp_path too
     env = train_env()
     env.pop("WANDB_API_KEY", None)
+    # an in-process wandb test of this session exports WANDB_SERVICE: a child attached to that service would
+    # find the killed run's stream still open there ("run ID ... is in use"); each run starts its own
+    env.pop("WANDB_SERVICE", None)
     env.update(WANDB_MODE="offline", WANDB_ERROR_REPORTING="false", WANDB_SILENT="true",
                WANDB_CONFIG_DIR=str(home / "config"), WANDB_CACHE_DIR=str(home / "cache"),
                WANDB_DATA_DIR=str(home / "data"), HOME=str(home), TMPDIR=str(home / "tmp"),
