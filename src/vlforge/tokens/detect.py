@@ -1,28 +1,35 @@
 """Under-trained token detection from the embedding weights alone (after Land & Bartolo, 2024).
 
-1. ``U`` = output embedding (unembedding). Its first principal component ``v`` is removed from every
-   row: the top right singular vector (uncentred, block power iteration) of the rows farther from the
-   reference mean than the median, i.e. the trained bulk, on a seeded in-memory sample of them. Taken
-   over all rows, the component would be dominated by the shared push of the unused rows themselves.
-2. Reference set of rows known to be unused: rows past the tokenizer length, all-zero rows, groups of
-   bit-identical rows, byte tokens that cannot occur in valid UTF-8, ids given by the user.
-3. Per id: cosine distance of its (PC-removed) row to the mean reference row; that distance divided by
-   the median distance; its percentile; for untied models also its input-embedding norm divided by the
-   median norm.
-4. Verdicts from :data:`THRESHOLDS` (calibrated on the trained fixture in ``tests/tokens``; see
-   ``docs/tokens.md``).
+1. ``U`` = the unembedding (output rows) of an untied LM, the embedding of a tied LM or an encoder.
+2. Reference set, found automatically. *Structural* rows are untrained by construction: rows past the
+   tokenizer length, all-zero rows, groups of bit-identical rows, byte tokens that valid UTF-8 never
+   contains, ids given by the user. *Candidates* are ids that are probably never seen: ids the
+   tokenizer cannot produce from their own decoded text, special / added tokens that neither the
+   special-token map nor the chat template uses (:mod:`vlforge.tokens.reference`). Candidates whose
+   rows do not sit with the rest of the set (a special token that was trained after all) are dropped
+   from it before scoring.
+3. Score of every id: the mean cosine similarity of its row to its :data:`K_NEAREST` most similar
+   reference rows (itself excluded), streamed in row blocks against a seeded sample of at most
+   :data:`REFERENCE_CAP` reference rows. Never-trained rows drift together (they only get the softmax
+   push-down and weight decay), so their nearest reference rows are near copies; trained rows are not.
+4. Cuts from the model's own score distribution (:func:`score_cuts`): ``untrained`` at the score that
+   best separates the reference set from the other ids (fewest of them above plus reference ids
+   below), at least ``b + min_z * MAD`` above the bulk median ``b``; ``weak`` from ``b + weak_fraction
+   * (untrained cut - b)``. No constant is fitted to one model: each model's scale comes from its bulk
+   and its reference set.
 
 Example:
     >>> from vlforge.tokens.weights import open_embeddings
     >>> from vlforge.tokens.detect import detect
     >>> stats = detect(open_embeddings("ckpt"), tokenizer_len=151669, byte_invalid_ids=[])  # doctest: +SKIP
-    >>> stats.verdicts[151667]                                                              # doctest: +SKIP
-    'untrained'
+    >>> stats.verdicts[151667], stats.cuts                                                  # doctest: +SKIP
+    ('untrained', {'untrained': 0.71, 'weak': 0.55})
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -36,15 +43,19 @@ log = logging.getLogger(__name__)
 UNTRAINED, WEAK, TRAINED, UNKNOWN = "untrained", "weak", "trained", "unknown"
 VERDICT_ORDER = {UNTRAINED: 3, WEAK: 2, UNKNOWN: 1, TRAINED: 0}
 
-# Calibrated on the trained fixture of tests/tokens (docs/tokens.md gives the measurements behind them).
+K_NEAREST = 3  # reference rows averaged per id
+REFERENCE_CAP = 2048  # reference rows held in memory (a seeded sample of larger sets)
+BULK_SAMPLE = 16384  # non-reference rows that estimate the bulk while the candidates are cleaned
+
+# Shape parameters of the cuts (model-independent; the scale comes from each model's own scores).
 THRESHOLDS: dict[str, float] = {
-    # cosine distance to the reference mean / median distance: below -> untrained / weak
-    "distance_ratio_untrained": 0.05,
-    "distance_ratio_weak": 0.1,
-    # untied models: input-embedding norm / median norm: below -> untrained / weak
-    "input_norm_ratio_untrained": 0.5,
-    "input_norm_ratio_weak": 0.6,
+    "min_z": 1.0,  # untrained cut at least bulk median + min_z x 1.4826 MAD
+    "weak_fraction": 0.75,  # weak cut = bulk median + weak_fraction x (untrained cut - bulk median)
 }
+# absolute cuts, overriding the derived ones (``--threshold untrained=0.9``)
+CUT_KEYS = ("untrained", "weak")
+THRESHOLD_KEYS = (*THRESHOLDS, *CUT_KEYS)
+STRUCTURAL = ("past_tokenizer", "zero_rows", "identical_rows", "invalid_utf8_bytes", "user")
 
 
 @dataclass
@@ -54,16 +65,20 @@ class WeightStats:
     vocab_rows: int
     tokenizer_len: int
     tied: bool
-    distance: torch.Tensor | None
-    distance_ratio: torch.Tensor | None
+    score: torch.Tensor | None
     percentile: torch.Tensor | None
     input_norm_ratio: torch.Tensor | None
-    reference: torch.Tensor
+    reference: torch.Tensor  # structural rows: untrained by construction
+    candidates: torch.Tensor  # candidate rows kept in the reference set
     verdicts: list[str]
     reference_reasons: dict[str, int] = field(default_factory=dict)
-    median_distance: float | None = None
+    reference_ids: dict[str, list[int]] = field(default_factory=dict)
+    dropped_candidates: list[int] = field(default_factory=list)
+    cuts: dict[str, float] = field(default_factory=dict)
+    bulk_median: float | None = None
+    bulk_mad: float | None = None
+    reference_median: float | None = None
     median_input_norm: float | None = None
-    pc1_cos_reference: float | None = None
     thresholds: dict[str, float] = field(default_factory=lambda: dict(THRESHOLDS))
 
     def row(self, token_id: int) -> dict:
@@ -75,22 +90,26 @@ class WeightStats:
             "id": token_id,
             "verdict": self.verdicts[token_id],
             "reference": bool(self.reference[token_id]),
-            "distance": pick(self.distance),
-            "distance_ratio": pick(self.distance_ratio),
+            "candidate": bool(self.candidates[token_id]),
+            "score": pick(self.score),
             "percentile": pick(self.percentile),
             "input_norm_ratio": pick(self.input_norm_ratio),
         }
 
 
-def _row_norms(src: MatrixSource, chunk_rows: int) -> torch.Tensor:
-    return torch.cat([rows.norm(dim=1) for _, rows in src.chunks(chunk_rows)])
-
-
-def _identical_rows(src: MatrixSource, chunk_rows: int) -> torch.Tensor:
-    """Mask of rows bit-identical to at least one other row (fingerprint, then exact check)."""
+def _norms_and_prints(src: MatrixSource, chunk_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row norms and a random-projection fingerprint of every row, in one streamed pass."""
     gen = torch.Generator().manual_seed(1234)
     probe = torch.randn(src.shape[1], generator=gen, dtype=torch.float64)
-    prints = torch.cat([rows.double() @ probe for _, rows in src.chunks(chunk_rows)])
+    norms, prints = [], []
+    for _, rows in src.chunks(chunk_rows):
+        norms.append(rows.norm(dim=1))
+        prints.append(rows.double() @ probe)
+    return torch.cat(norms), torch.cat(prints)
+
+
+def _identical_rows(src: MatrixSource, prints: torch.Tensor, chunk_rows: int) -> torch.Tensor:
+    """Mask of rows bit-identical to at least one other row (fingerprint, then exact check)."""
     order = torch.argsort(prints)
     ordered = prints[order]
     same_next = ordered[1:] == ordered[:-1]
@@ -112,80 +131,117 @@ def _identical_rows(src: MatrixSource, chunk_rows: int) -> torch.Tensor:
     return mask
 
 
-def first_component(rows: torch.Tensor, iters: int = 50, tol: float = 1e-6) -> torch.Tensor:
-    """Top right singular vector of the (uncentred) fp32 ``rows``: block power iteration with 4 vectors,
-    fp64 accumulation."""
-    gen = torch.Generator().manual_seed(0)
-    basis = torch.linalg.qr(torch.randn(rows.shape[1], min(4, rows.shape[1]), generator=gen,
-                                        dtype=torch.float64)).Q.float()
-    for _ in range(iters):
-        new = torch.linalg.qr((rows.T @ (rows @ basis)).double()).Q.float()
-        done = float((new[:, 0] @ basis[:, 0]).abs()) > 1 - tol
-        basis = new
-        if done:
-            break
-    return basis[:, 0]
+def _unit(rows: torch.Tensor) -> torch.Tensor:
+    return rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-30)
 
 
-def _sample(ids: torch.Tensor, dim: int, budget_bytes: int = 64 * 2**20) -> torch.Tensor:
-    """A seeded subset of ``ids`` whose fp32 rows fit in ``budget_bytes`` (at least 4096 rows)."""
-    cap = max(4096, budget_bytes // (4 * dim))
+def _nearest(rows: torch.Tensor, row_ids: torch.Tensor, ref: torch.Tensor, ref_ids: torch.Tensor) -> torch.Tensor:
+    """Mean cosine of each row to its K_NEAREST most similar reference rows (the row itself excluded)."""
+    k = min(K_NEAREST, len(ref_ids) - 1) if len(ref_ids) > 1 else 1
+    sims = _unit(rows) @ ref.T
+    sims[row_ids[:, None] == ref_ids[None, :]] = -2.0
+    return sims.topk(k, dim=1).values.mean(dim=1)
+
+
+def _sample(ids: torch.Tensor, cap: int, seed: int) -> torch.Tensor:
     if len(ids) <= cap:
         return ids
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     return torch.sort(ids[torch.randperm(len(ids), generator=gen)[:cap]]).values
 
 
-def _cosine_distance(src: MatrixSource, target: torch.Tensor, v: torch.Tensor | None,
-                     chunk_rows: int) -> torch.Tensor:
-    """``1 - cos(row, target)`` for every row, with ``v`` projected out of the rows first when given."""
-    unit = target / target.norm().clamp_min(1e-30)
-    parts = []
-    for _, rows in src.chunks(chunk_rows):
-        if v is not None:
-            rows = rows - (rows @ v)[:, None] * v[None, :]
-        parts.append(1.0 - (rows @ unit) / rows.norm(dim=1).clamp_min(1e-30))
-    return torch.cat(parts)
+def _robust(values: torch.Tensor) -> tuple[float, float]:
+    """Median and 1.4826 x median absolute deviation."""
+    med = values.median()
+    return float(med), float(1.4826 * (values - med).abs().median())
 
 
-def reference_set(
-    emb: Embeddings,
-    *,
-    tokenizer_len: int,
-    byte_invalid_ids: list[int],
-    user_ids: list[int],
-    chunk_rows: int,
-) -> tuple[torch.Tensor, dict[str, int]]:
-    """Mask of known-unused rows and how many rows each rule contributed."""
+def score_cuts(typical: torch.Tensor, reference: torch.Tensor, bulk: float, mad: float,
+               th: dict[str, float]) -> tuple[float, float]:
+    """(untrained, weak) cuts from the model's own scores.
+
+    The untrained cut is the score that best separates the reference ids from the typical ids: the
+    fewest typical ids at or above it plus reference ids below it (the middle of the score gap where
+    that count is lowest), and at least ``bulk + min_z * mad``. Typical ids above it are the
+    under-trained ones outside the reference set. Weak from ``bulk + weak_fraction * (cut - bulk)``.
+    """
+    floor = bulk + th["min_z"] * mad
+    if len(reference) == 0 or not float(reference.median()) > floor:
+        return math.inf, math.inf  # the reference set does not stand apart from the bulk
+    scores = torch.cat([typical, reference]).double()
+    is_ref = torch.cat([torch.zeros(len(typical)), torch.ones(len(reference))])
+    order = torch.argsort(scores, descending=True)
+    scores, is_ref = scores[order], is_ref[order]
+    # a cut just below position i (ids 0..i at or above it): typical above + reference below
+    typical_above = torch.cumsum(1 - is_ref, 0)
+    reference_below = is_ref.sum() - torch.cumsum(is_ref, 0)
+    errors = typical_above + reference_below
+    best = float(errors.min())
+    at = torch.nonzero(errors <= best + 1e-9).flatten()
+    # the widest gap between consecutive scores among the best positions
+    nxt = torch.clamp(at + 1, max=len(scores) - 1)
+    gaps = scores[at] - scores[nxt]
+    i = int(at[int(torch.argmax(gaps))])
+    below = float(scores[min(i + 1, len(scores) - 1)]) if i + 1 < len(scores) else float(scores[i]) - 1e-6
+    untrained = max((float(scores[i]) + below) / 2, floor)
+    weak = bulk + th["weak_fraction"] * (untrained - bulk)
+    return untrained, weak
+
+
+def _structural(emb: Embeddings, *, tokenizer_len: int, byte_invalid_ids: list[int], user_ids: list[int],
+                chunk_rows: int) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
+    """Masks of the structural reference rules, and the input-embedding norms (untied models)."""
     n = emb.vocab_rows
-    mask = torch.zeros(n, dtype=torch.bool)
-    reasons: dict[str, int] = {}
-
-    def add(reason: str, part: torch.Tensor) -> None:
-        reasons[reason] = int(part.sum())
-        mask.logical_or_(part)
-
     past = torch.zeros(n, dtype=torch.bool)
     past[min(tokenizer_len, n):] = True
-    add("past_tokenizer", past)
-    sources = [emb.output] if emb.tied else [emb.output, emb.input]
     zero = torch.zeros(n, dtype=torch.bool)
     same = torch.zeros(n, dtype=torch.bool)
-    for src in sources:
-        zero |= _row_norms(src, chunk_rows) == 0
-        same |= _identical_rows(src, chunk_rows)
-    add("zero_rows", zero)
-    add("identical_rows", same & ~zero)
+    input_norms = None
+    for src in ([emb.output] if emb.tied else [emb.output, emb.input]):
+        norms, prints = _norms_and_prints(src, chunk_rows)
+        zero |= norms == 0
+        same |= _identical_rows(src, prints, chunk_rows)
+        if src is emb.input:
+            input_norms = norms
     byte = torch.zeros(n, dtype=torch.bool)
-    byte[[i for i in byte_invalid_ids if i < n]] = True
-    add("invalid_utf8_bytes", byte)
-    user = torch.zeros(n, dtype=torch.bool)
+    byte[[i for i in byte_invalid_ids if 0 <= i < n]] = True
     bad = [i for i in user_ids if not 0 <= i < n]
     if bad:
         raise ConfigError(f"--reference-ids {bad}: outside the embedding rows [0, {n})")
+    user = torch.zeros(n, dtype=torch.bool)
     user[list(user_ids)] = True
-    add("user", user)
-    return mask, reasons
+    return ({"past_tokenizer": past, "zero_rows": zero, "identical_rows": same & ~zero,
+             "invalid_utf8_bytes": byte, "user": user}, input_norms)
+
+
+def _score_pass(src: MatrixSource, ref_ids: torch.Tensor, chunk_rows: int) -> torch.Tensor:
+    ref = _unit(src.take(ref_ids, chunk_rows))
+    out = torch.empty(src.shape[0])
+    for start, rows in src.chunks(chunk_rows):
+        ids = torch.arange(start, start + rows.shape[0])
+        out[start:start + rows.shape[0]] = _nearest(rows, ids, ref, ref_ids)
+    return out
+
+
+def _clean_candidates(src: MatrixSource, structural: torch.Tensor, candidates: torch.Tensor, typical: torch.Tensor,
+                      nonzero: torch.Tensor, th: dict[str, float], chunk_rows: int) -> torch.Tensor:
+    """Candidates whose rows sit apart from the reference set (below the weak cut on a bulk sample)."""
+    pool = torch.nonzero((structural | candidates) & nonzero).flatten()
+    ref_ids = _sample(pool, REFERENCE_CAP, seed=0)
+    bulk_ids = _sample(torch.nonzero(typical & nonzero).flatten(), BULK_SAMPLE, seed=1)
+    cand_ids = torch.nonzero(candidates & nonzero).flatten()
+    if len(ref_ids) < 2 or len(bulk_ids) == 0 or len(cand_ids) == 0:
+        return torch.zeros_like(candidates)
+    ref = _unit(src.take(ref_ids, chunk_rows))
+    bulk_scores = _nearest(src.take(bulk_ids, chunk_rows), bulk_ids, ref, ref_ids)
+    cand_scores = torch.cat([_nearest(src.take(part, chunk_rows), part, ref, ref_ids)
+                             for part in torch.split(cand_ids, chunk_rows)])
+    bulk, mad = _robust(bulk_scores)
+    _, weak = score_cuts(bulk_scores, _nearest(ref, ref_ids, ref, ref_ids), bulk, mad, th)
+    drop = torch.zeros_like(candidates)
+    if math.isfinite(weak):
+        drop[cand_ids[cand_scores < weak]] = True
+    return drop
 
 
 def detect(
@@ -194,87 +250,87 @@ def detect(
     tokenizer_len: int | None = None,
     byte_invalid_ids: list[int] | None = None,
     user_reference_ids: list[int] | None = None,
+    candidate_ids: dict[str, list[int]] | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     thresholds: dict[str, float] | None = None,
 ) -> WeightStats:
-    """Score every row of ``emb`` and give it a verdict (see the module docstring)."""
+    """Score every row of ``emb`` and give it a verdict (see the module docstring).
+
+    ``candidate_ids`` maps a reason (``unreachable``, ``unused_special``) to ids that are probably never
+    seen (:func:`vlforge.tokens.reference.reference_candidates`).
+    """
+    unknown = sorted(set(thresholds or {}) - set(THRESHOLD_KEYS))
+    if unknown:
+        raise ConfigError(f"--threshold {unknown[0]}: unknown; known: {', '.join(THRESHOLD_KEYS)}")
     th = {**THRESHOLDS, **(thresholds or {})}
     n = emb.vocab_rows
     tok_len = n if tokenizer_len is None else min(tokenizer_len, n)
-    ref, reasons = reference_set(
-        emb, tokenizer_len=tok_len, byte_invalid_ids=byte_invalid_ids or [],
-        user_ids=user_reference_ids or [], chunk_rows=chunk_rows,
-    )
-    # ids whose scores define "typical": inside the tokenizer, not known-unused
+    rules, input_norms = _structural(emb, tokenizer_len=tok_len, byte_invalid_ids=byte_invalid_ids or [],
+                                     user_ids=user_reference_ids or [], chunk_rows=chunk_rows)
+    structural = torch.zeros(n, dtype=torch.bool)
+    for mask in rules.values():
+        structural |= mask
+    reasons = {k: int(v.sum()) for k, v in rules.items()}
+    ids_by_reason = {k: torch.nonzero(v).flatten().tolist() for k, v in rules.items()}
+    candidates = torch.zeros(n, dtype=torch.bool)
+    for reason, ids in (candidate_ids or {}).items():
+        part = torch.zeros(n, dtype=torch.bool)
+        part[[i for i in ids if 0 <= i < tok_len]] = True
+        part &= ~structural
+        reasons[reason] = int(part.sum())
+        ids_by_reason[reason] = torch.nonzero(part).flatten().tolist()
+        candidates |= part
+    nonzero = ~rules["zero_rows"]
     typical = torch.zeros(n, dtype=torch.bool)
     typical[:tok_len] = True
-    typical &= ~ref
-    if not typical.any():
-        typical[:tok_len] = True
+    typical &= ~structural & ~candidates
 
-    distance = ratio = percentile = None
-    median_distance = pc1_cos_reference = None
-    raw_mean = torch.zeros(emb.output.shape[1])
-    if ref.any():
-        ref_rows = emb.output.take(torch.nonzero(ref).flatten(), chunk_rows)
-        ref_rows = ref_rows[ref_rows.norm(dim=1) > 0]  # all-zero rows carry no direction
-        if len(ref_rows):
-            raw_mean = ref_rows.mean(dim=0)
-    if float(raw_mean.norm()) > 0:
-        # provisional distances without PC removal pick the trained bulk (the far half) ...
-        first = _cosine_distance(emb.output, raw_mean, None, chunk_rows)
-        far = typical & (first > first[typical].median())
-        # ... whose first principal component is the direction every trained row shares
-        # (on a seeded sample of at most 64 MiB of rows, held in memory: one streamed pass)
-        sample = _sample(torch.nonzero(far).flatten(), emb.output.shape[1])
-        v = first_component(emb.output.take(sample, chunk_rows))
-        pc1_cos_reference = float((v @ raw_mean).abs() / raw_mean.norm().clamp_min(1e-30))
-        ref_mean = raw_mean - (raw_mean @ v) * v
-        distance = _cosine_distance(emb.output, ref_mean, v, chunk_rows)
-        median_distance = float(distance[typical].median())
-        ratio = distance / max(median_distance, 1e-12)
-        ordered = torch.sort(distance[typical]).values
-        percentile = 100.0 * torch.searchsorted(ordered, distance, right=True).float() / len(ordered)
+    src = emb.output
+    dropped = _clean_candidates(src, structural, candidates, typical, nonzero, th, chunk_rows)
+    candidates &= ~dropped
+    pool = torch.nonzero((structural | candidates) & nonzero).flatten()
+
+    score = percentile = None
+    cuts: dict[str, float] = {}
+    bulk = mad = reference = None
+    if len(pool) >= 2 and typical.any():
+        ref_ids = _sample(pool, REFERENCE_CAP, seed=0)
+        score = _score_pass(src, ref_ids, chunk_rows)
+        bulk, mad = _robust(score[typical])
+        reference = float(score[pool].median())
+        untrained, weak = score_cuts(score[typical], score[pool], bulk, mad, th)
+        untrained = th.get("untrained", untrained)
+        weak = min(th.get("weak", weak), untrained)
+        cuts = {"untrained": untrained, "weak": weak}
+        ordered = torch.sort(score[typical]).values
+        percentile = 100.0 * torch.searchsorted(ordered, score, right=True).float() / len(ordered)
 
     norm_ratio = median_norm = None
-    if not emb.tied:
-        norms = _row_norms(emb.input, chunk_rows)
-        median_norm = float(norms[typical].median())
-        norm_ratio = norms / max(median_norm, 1e-12)
+    if input_norms is not None:
+        median_norm = float(input_norms[:tok_len][typical[:tok_len]].median()) if typical.any() else None
+        norm_ratio = input_norms / max(median_norm or 0.0, 1e-12)
 
-    verdicts = _verdicts(n, ref, ratio, norm_ratio, th)
-    log.info("weights audit: %d rows, %d reference rows (%s), %d untrained, %d weak", n, int(ref.sum()),
-             ", ".join(f"{k}={v}" for k, v in reasons.items() if v), verdicts.count(UNTRAINED), verdicts.count(WEAK))
+    verdicts = _verdicts(n, structural, score, cuts)
+    log.info("weights: %d rows, reference %d structural + %d candidates (%s; %d candidates dropped), cuts %s, "
+             "%d untrained, %d weak", n, int(structural.sum()), int(candidates.sum()),
+             ", ".join(f"{k}={v}" for k, v in reasons.items() if v), int(dropped.sum()),
+             {k: round(v, 4) for k, v in cuts.items()}, verdicts.count(UNTRAINED), verdicts.count(WEAK))
     return WeightStats(
-        vocab_rows=n, tokenizer_len=tok_len, tied=emb.tied, distance=distance, distance_ratio=ratio,
-        percentile=percentile, input_norm_ratio=norm_ratio, reference=ref, verdicts=verdicts,
-        reference_reasons=reasons, median_distance=median_distance, median_input_norm=median_norm,
-        pc1_cos_reference=pc1_cos_reference, thresholds=th,
+        vocab_rows=n, tokenizer_len=tok_len, tied=emb.tied, score=score, percentile=percentile,
+        input_norm_ratio=norm_ratio, reference=structural, candidates=candidates, verdicts=verdicts,
+        reference_reasons=reasons, reference_ids=ids_by_reason,
+        dropped_candidates=torch.nonzero(dropped).flatten().tolist(), cuts=cuts, bulk_median=bulk,
+        bulk_mad=mad, reference_median=reference, median_input_norm=median_norm, thresholds=th,
     )
 
 
-def _level(values: torch.Tensor, untrained: float, weak: float) -> torch.Tensor:
-    """2 below ``untrained``, 1 below ``weak``, else 0."""
-    return (values < untrained).long() + (values < weak).long()
-
-
-def _verdicts(n: int, ref: torch.Tensor, ratio: torch.Tensor | None, norm_ratio: torch.Tensor | None,
-              th: dict[str, float]) -> list[str]:
-    """Tied: the distance alone. Untied with both signals: untrained when both are at least weak and
-    one is untrained (levels sum >= 3), weak when either is at least weak. One signal: its own level."""
-    signals = []
-    if ratio is not None:
-        signals.append(_level(ratio, th["distance_ratio_untrained"], th["distance_ratio_weak"]))
-    if norm_ratio is not None:
-        signals.append(_level(norm_ratio, th["input_norm_ratio_untrained"], th["input_norm_ratio_weak"]))
-    if not signals:
+def _verdicts(n: int, structural: torch.Tensor, score: torch.Tensor | None, cuts: dict[str, float]) -> list[str]:
+    """Structural reference rows are untrained; every other id by its score against the cuts."""
+    if score is None:
         names = [UNKNOWN] * n
-    elif len(signals) == 1:
-        level = signals[0]
-        names = [(TRAINED, WEAK, UNTRAINED)[int(x)] for x in level.tolist()]
     else:
-        total = signals[0] + signals[1]
-        names = [TRAINED if t == 0 else (UNTRAINED if t >= 3 else WEAK) for t in total.tolist()]
-    for i in torch.nonzero(ref).flatten().tolist():
+        level = (score >= cuts["untrained"]).long() + (score >= cuts["weak"]).long()
+        names = [(TRAINED, WEAK, UNTRAINED)[int(x)] for x in level.tolist()]
+    for i in torch.nonzero(structural).flatten().tolist():
         names[i] = UNTRAINED
     return names

@@ -90,10 +90,12 @@ _SP_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
 def byte_invalid_ids(tok) -> list[int]:
     """Ids of vocabulary tokens containing a byte that well-formed UTF-8 never has (never seen in text).
 
-    Works for byte-level BPE (GPT-2 alphabet, Qwen) and for SentencePiece byte fallback (``<0xF5>``).
+    Works for byte-level BPE (GPT-2 alphabet, Qwen) and for SentencePiece byte fallback (``<0xF5>``);
+    the GPT-2 alphabet rule applies to byte-level tokenizers only (:func:`is_byte_level`).
     """
     table = _unicode_to_byte()
     added = added_tokens(tok)
+    byte_level = is_byte_level(tok)
     out = []
     for piece, idx in tok.get_vocab().items():
         if idx in added:
@@ -103,9 +105,23 @@ def byte_invalid_ids(tok) -> list[int]:
             if int(match.group(1), 16) in INVALID_UTF8_BYTES:
                 out.append(idx)
             continue
-        if all(ch in table for ch in piece) and any(table[ch] in INVALID_UTF8_BYTES for ch in piece):
+        if byte_level and all(ch in table for ch in piece) and any(table[ch] in INVALID_UTF8_BYTES for ch in piece):
             out.append(idx)
     return sorted(out)
+
+
+def is_byte_level(tok) -> bool:
+    """Whether the pieces are spelt in the GPT-2 byte alphabet (a ByteLevel pre-tokenizer or decoder).
+
+    Only then does a piece such as ``'õ'`` stand for the byte 0xF5; in a SentencePiece or WordPiece
+    vocabulary it is the letter itself.
+    """
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        return True  # slow GPT-2 style tokenizers
+    data = json.loads(backend.to_str())
+    parts = json.dumps([data.get("pre_tokenizer"), data.get("decoder")])
+    return '"ByteLevel"' in parts
 
 
 def plain_pieces(tok, text: str) -> list[int]:
