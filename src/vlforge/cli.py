@@ -318,7 +318,7 @@ def doctor(
     raise typer.Exit(code)
 
 
-tokens_app = typer.Typer(help="Under-trained tokens in templates / reward formats: audit and repair.",
+tokens_app = typer.Typer(help="Under-trained tokens: scan a vocabulary, audit template / reward-format tags, repair.",
                          no_args_is_help=True)
 app.add_typer(tokens_app, name="tokens")
 _ListOpt = list[str] | None
@@ -349,6 +349,28 @@ def tokens_audit(
         model=model, tokenizer=tokenizer, tags=tags, template=template, model_template=model_template,
         template_vars=template_var, reward_regex=reward_regex, fmt=fmt, reference_ids=reference_ids,
         thresholds=threshold, verify=verify, verify_dtype=verify_dtype, rewrite_out=rewrite_out,
+        json_output=json_output))
+
+
+@tokens_app.command("scan")
+def tokens_scan(
+    model: Annotated[Path, typer.Option("--model", "-m", help="Checkpoint dir (safetensors), tiny:FAMILY or hub id.")],
+    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer directory (default: --model).")] = None,
+    top: Annotated[int | None, typer.Option(help="Report only the N highest-scoring flagged ids.")] = None,
+    reference_ids: Annotated[_ListOpt, typer.Option(help="Extra known-unused ids for the reference set.")] = None,
+    threshold: Annotated[_ListOpt, typer.Option(help="Override a threshold or cut KEY=VALUE (see docs/tokens.md).")] = None,
+    verify: Annotated[bool, typer.Option("--verify", help="Repeat-prompt check of the flagged ids (causal LMs).")] = False,
+    verify_dtype: Annotated[str, typer.Option(help="dtype for --verify.")] = "float32",
+    verify_batch: Annotated[int, typer.Option(help="Prompts per forward pass for --verify.")] = 32,
+    verify_max: Annotated[int, typer.Option(help="Verify at most this many flagged ids (highest score first).")] = 512,
+    json_output: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+) -> None:
+    """Score every vocabulary id: untrained / weak / trained from the weights alone. Exit 0 (2: bad input)."""
+    from vlforge.tokens.command import scan_command
+
+    raise typer.Exit(scan_command(
+        model=model, tokenizer=tokenizer, top=top, reference_ids=reference_ids, thresholds=threshold,
+        verify=verify, verify_dtype=verify_dtype, verify_batch=verify_batch, verify_max=verify_max,
         json_output=json_output))
 
 

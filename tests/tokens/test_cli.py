@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 
 from vlforge.cli import app
 from vlforge.tokens.audit import AuditOptions, audit_template_tokens, run_audit
-from vlforge.tokens.detect import TRAINED, UNTRAINED, detect
-from vlforge.tokens.tokenizer import byte_invalid_ids, load_tokenizer
+from vlforge.tokens.detect import TRAINED, UNTRAINED
+from vlforge.tokens.reference import detect_for
+from vlforge.tokens.tokenizer import load_tokenizer
 from vlforge.tokens.weights import open_embeddings
 
 runner = CliRunner()
@@ -24,15 +25,14 @@ def _audit_json(*args: str) -> tuple[int, dict]:
 def test_r1_format_on_base_model_fails_with_2(lm_untied):
     code, report = _audit_json("--model", str(lm_untied.path), "--format", "r1")
     assert code == 3 and report["exit_code"] == 3 and report["verdict"] == UNTRAINED
-    assert report["schema_version"] == "vlforge.tokens.audit/1"
+    assert report["schema_version"] == "vlforge.tokens.audit/2"
     by_tag = {f["tag"]: f for f in report["findings"]}
     assert by_tag["<think>"]["verdict"] == UNTRAINED and by_tag["<think>"]["added"] == [True]
     assert by_tag["<think>"]["role"] == "generated" and by_tag["<think>"]["sources"] == ["format:r1"]
     assert report["weights"]["tied"] is False and report["weights"]["reference_rows"] > 0
     # suggestions: every piece of every accepted alternative is trained in an independent detect()
     tok = load_tokenizer(lm_untied.path)
-    verdicts = detect(open_embeddings(lm_untied.path), tokenizer_len=len(tok),
-                      byte_invalid_ids=byte_invalid_ids(tok)).verdicts
+    verdicts = detect_for(tok, open_embeddings(lm_untied.path)).verdicts
     think = next(s for s in report["suggestions"] if s["family"] == "think")
     assert think["alternatives"], "no checked alternative for <think>"
     for alt in think["alternatives"]:
@@ -57,11 +57,11 @@ def test_alternative_tags_pass_with_0(lm_untied):
 
 
 def test_weak_exits_1_and_thresholds_override(lm_tied):
-    # no distance can be below 0 -> <think> falls into the weak band only
+    # no cosine score reaches 2 -> <think> falls into the weak band only
     code, report = _audit_json("--model", str(lm_tied.path), "--tags", "<think>",
-                               "--threshold", "distance_ratio_untrained=0")
+                               "--threshold", "untrained=2")
     assert code == 1 and report["verdict"] == "weak"
-    assert report["weights"]["thresholds"]["distance_ratio_untrained"] == 0
+    assert report["weights"]["thresholds"]["untrained"] == 2 and report["weights"]["cuts"]["untrained"] == 2
     bad = runner.invoke(app, ["tokens", "audit", "--model", str(lm_tied.path), "--threshold", "nope=1"])
     assert bad.exit_code != 0
 

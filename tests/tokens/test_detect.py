@@ -11,14 +11,14 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vlforge.tokens.detect import TRAINED, UNTRAINED, detect
+from vlforge.tokens.reference import detect_for
 from vlforge.tokens.tokenizer import byte_invalid_ids, load_tokenizer
 from vlforge.tokens.weights import open_embeddings
 
 
 def _stats(path, **kw):
     tok = load_tokenizer(path)
-    return detect(open_embeddings(path, **kw.pop("open_kw", {})), tokenizer_len=len(tok),
-                  byte_invalid_ids=byte_invalid_ids(tok), **kw)
+    return detect_for(tok, open_embeddings(path, **kw.pop("open_kw", {})), **kw)
 
 
 def _precision_recall(stats, lm) -> tuple[float, float]:
@@ -40,9 +40,9 @@ def test_detector_separates_unused_from_used(which, request):
     assert precision >= 0.95 and recall >= 0.95, (precision, recall)
     think, close = lm.tokenizer_len - 2, lm.tokenizer_len - 1  # <think>, </think> (never used)
     assert stats.verdicts[think] == stats.verdicts[close] == UNTRAINED
-    assert not stats.reference[think]  # found by the distance, not put in the reference set
+    assert not stats.reference[think] and not stats.candidates[think]  # found by its score alone
     if which == "lm_untied":
-        assert float(stats.input_norm_ratio[think]) < stats.thresholds["input_norm_ratio_untrained"]
+        assert float(stats.input_norm_ratio[think]) < 0.5  # its input row only saw weight decay
     else:
         assert stats.input_norm_ratio is None
 
@@ -93,7 +93,7 @@ def test_no_reference_on_tied_model_is_unknown(lm_tied, tmp_path):
     shutil.copy(lm_tied.path / "config.json", dst / "config.json")
     emb = open_embeddings(dst)
     stats = detect(emb, tokenizer_len=n, byte_invalid_ids=[])
-    assert stats.distance is None and set(stats.verdicts) == {"unknown"}
+    assert stats.score is None and set(stats.verdicts) == {"unknown"}
 
 
 def test_real_vocabulary_size(qwen3_dir, qwen3_tok, tmp_path):
@@ -115,7 +115,7 @@ def test_real_vocabulary_size(qwen3_dir, qwen3_tok, tmp_path):
     stats = detect(emb, tokenizer_len=len(qwen3_tok), byte_invalid_ids=byte_invalid_ids(qwen3_tok))
     assert stats.reference_reasons["past_tokenizer"] == 151936 - 151669
     assert stats.reference_reasons["invalid_utf8_bytes"] == 13
-    assert stats.distance is not None and stats.distance.shape == (151936,)
+    assert stats.score is not None and stats.score.shape == (151936,)
     # random rows: nothing sits at the reference mean, so ordinary ids are not untrained
     share = sum(v == UNTRAINED for v in stats.verdicts[:151669]) / 151669
     assert share < 0.01

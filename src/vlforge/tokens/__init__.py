@@ -1,4 +1,4 @@
-"""Under-trained tokens in templates and reward formats: audit them, suggest alternatives, repair rows.
+"""Under-trained tokens: scan a vocabulary, audit template / reward-format tags, suggest alternatives, repair rows.
 
 Example:
     >>> from vlforge.tokens import audit_template_tokens
@@ -17,7 +17,10 @@ _EXPORTS = {
     "TokenFinding": "vlforge.tokens.audit",
     "audit_template_tokens": "vlforge.tokens.audit",
     "run_audit": "vlforge.tokens.audit",
-    "THRESHOLDS": "vlforge.tokens.detect",
+    "ScanOptions": "vlforge.tokens.scan",
+    "ScanReport": "vlforge.tokens.scan",
+    "run_scan": "vlforge.tokens.scan",
+    "THRESHOLDS": "vlforge.tokens.thresholds",
     "WeightStats": "vlforge.tokens.detect",
     "FixOptions": "vlforge.tokens.fix",
     "FixReport": "vlforge.tokens.fix",
@@ -31,9 +34,12 @@ __all__ = [
     "AuditReport",
     "FixOptions",
     "FixReport",
+    "ScanOptions",
+    "ScanReport",
     "TokenFinding",
     "WeightStats",
     "audit_template_tokens",
     "fix_checkpoint",
     "run_audit",
+    "run_scan",
 ]

@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -20,13 +21,14 @@ from vlforge.errors import ConfigError, ModelLoadError
 from vlforge.strict import StrictModel
 from vlforge.tokens import detect as det
 from vlforge.tokens import templates as tpl
+from vlforge.tokens.reference import detect_for
 from vlforge.tokens.suggest import suggest
-from vlforge.tokens.tokenizer import added_tokens, byte_invalid_ids, encode_tag, load_tokenizer
+from vlforge.tokens.tokenizer import added_tokens, encode_tag, load_tokenizer
 from vlforge.tokens.verify import MIN_PROB
 
 log = logging.getLogger(__name__)
 
-SCHEMA = "vlforge.tokens.audit/1"
+SCHEMA = "vlforge.tokens.audit/2"
 Verdict = Literal["untrained", "weak", "trained", "unknown"]
 EXIT_CODES = {det.UNTRAINED: 3, det.WEAK: 1, det.UNKNOWN: 0, det.TRAINED: 0}
 MAX_VERIFY_IDS = 64
@@ -46,7 +48,8 @@ class AuditOptions(StrictModel):
     reward_regex: str | None = Field(None, description="Reward regex whose literal tags must be generated.")
     format: str | None = Field(None, description="Built-in format name (r1).")
     reference_ids: list[int] = Field(default_factory=list, description="Extra known-unused ids.")
-    thresholds: dict[str, float] = Field(default_factory=dict, description="Overrides of detect.THRESHOLDS.")
+    thresholds: dict[str, float] = Field(default_factory=dict, description="Overrides of detect.THRESHOLDS "
+                                         "and the cuts (untrained, weak).")
     verify: bool = Field(False, description="Also run the repeat-prompt forward check.")
     verify_dtype: str = Field("float32", description="dtype to load the model in for --verify.")
     chunk_rows: int = Field(8192, gt=0, description="Rows per streamed chunk.")
@@ -59,8 +62,8 @@ class IdReport(BaseModel):
     special: bool
     verdict: Verdict
     reference: bool = False
-    distance: float | None = None
-    distance_ratio: float | None = None
+    candidate: bool = False
+    score: float | None = None
     percentile: float | None = None
     input_norm_ratio: float | None = None
     verify_prob: float | None = None
@@ -97,10 +100,14 @@ class WeightsSummary(BaseModel):
     vocab_rows: int
     tokenizer_len: int
     reference_rows: int
+    candidate_rows: int
     reference_reasons: dict[str, int]
-    median_distance: float | None
+    dropped_candidates: int
+    bulk_median: float | None
+    bulk_mad: float | None
+    reference_median: float | None
     median_input_norm: float | None
-    pc1_cos_reference: float | None
+    cuts: dict[str, float | None]  # None: no cut (the reference set does not stand apart)
     thresholds: dict[str, float]
     counts: dict[str, int]
 
@@ -140,6 +147,20 @@ class AuditReport(BaseModel):
     verdict: Verdict
     exit_code: int
     notes: list[str] = Field(default_factory=list)
+
+
+def weights_summary(model: Path, emb, stats: det.WeightStats) -> WeightsSummary:
+    """The weights part of a report (shared by ``tokens audit`` and ``tokens scan``)."""
+    counts = {v: stats.verdicts[: stats.tokenizer_len].count(v) for v in det.VERDICT_ORDER}
+    return WeightsSummary(
+        checkpoint=str(model), input_tensor=emb.input.name, output_tensor=emb.output.name,
+        dtype=emb.output.dtype, tied=emb.tied, vocab_rows=emb.vocab_rows, tokenizer_len=stats.tokenizer_len,
+        reference_rows=int(stats.reference.sum()), candidate_rows=int(stats.candidates.sum()),
+        reference_reasons=stats.reference_reasons, dropped_candidates=len(stats.dropped_candidates),
+        bulk_median=stats.bulk_median, bulk_mad=stats.bulk_mad, reference_median=stats.reference_median,
+        median_input_norm=stats.median_input_norm,
+        cuts={k: (v if math.isfinite(v) else None) for k, v in stats.cuts.items()}, thresholds=stats.thresholds, counts=counts,
+    )
 
 
 def _has_weights(path: Path) -> bool:
@@ -215,20 +236,16 @@ def run_audit(opts: AuditOptions) -> AuditReport:
         emb = open_embeddings(opts.model)
         if len(tok) > emb.vocab_rows:
             notes.append(f"tokenizer has {len(tok)} entries but the model only {emb.vocab_rows} rows")
-        stats = det.detect(emb, tokenizer_len=len(tok), byte_invalid_ids=byte_invalid_ids(tok),
-                           user_reference_ids=opts.reference_ids, chunk_rows=opts.chunk_rows,
-                           thresholds=opts.thresholds)
-        counts = {v: stats.verdicts[: stats.tokenizer_len].count(v) for v in det.VERDICT_ORDER}
-        weights = WeightsSummary(
-            checkpoint=str(opts.model), input_tensor=emb.input.name, output_tensor=emb.output.name,
-            dtype=emb.output.dtype, tied=emb.tied, vocab_rows=emb.vocab_rows, tokenizer_len=len(tok),
-            reference_rows=int(stats.reference.sum()), reference_reasons=stats.reference_reasons,
-            median_distance=stats.median_distance, median_input_norm=stats.median_input_norm,
-            pc1_cos_reference=stats.pc1_cos_reference, thresholds=stats.thresholds, counts=counts,
-        )
-        if stats.distance is None and emb.tied:
-            notes.append("no reference set (no known-unused rows) on a tied model: verdicts are 'unknown'; "
+        own = tok.chat_template if isinstance(getattr(tok, "chat_template", None), str) else ""
+        stats = detect_for(tok, emb, user_reference_ids=opts.reference_ids, thresholds=opts.thresholds,
+                           chunk_rows=opts.chunk_rows, template=own + (template_text or ""))
+        weights = weights_summary(opts.model, emb, stats)
+        if stats.score is None:
+            notes.append("no reference set (no known-unused rows): verdicts are 'unknown'; "
                          "pass --reference-ids or use --verify")
+        elif not math.isfinite(stats.cuts["untrained"]):
+            notes.append("the reference rows do not stand apart from the other rows: no id is flagged by its "
+                         "score; use --verify")
     elif opts.model is not None:
         raise ModelLoadError(f"{opts.model}: no *.safetensors weights (for a tokenizer-only audit pass "
                              "--tokenizer DIR without --model)")

@@ -1,6 +1,7 @@
 """Glue between the ``vlforge tokens`` CLI and the job modules: parse lists, print, pick the exit code.
 
 Example:
+    vlforge tokens scan --model ./gemma-3-270m --top 20
     vlforge tokens audit --model ./Qwen3-VL-2B-Base --format r1 --json
     vlforge tokens fix --model ./Qwen3-VL-2B-Base --out ./fixed --tags '<think>,</think>' --trainable-rows rows.json
 """
@@ -17,6 +18,7 @@ from vlforge.cli_args import build_options
 from vlforge.errors import ConfigError
 from vlforge.outputs import atomic_write_text, check_output_file
 from vlforge.tables import report_console
+from vlforge.tokens.thresholds import check_thresholds
 
 
 def _console() -> Console:
@@ -33,11 +35,28 @@ def resolve_model(model: Path | str | None) -> Path | None:
     return resolve(str(model))
 
 
+GGUF_HINT = ("vlforge tokens reads Hugging Face checkpoints (safetensors); convert it first: transformers' "
+             "AutoModelForCausalLM.from_pretrained(DIR, gguf_file=NAME) then save_pretrained (docs/tokens.md, GGUF)")
+
+
+def refuse_gguf(model: Path | str) -> None:
+    """A GGUF file (or a directory holding only GGUF weights) is one line saying how to convert it."""
+    path = Path(model).expanduser()
+    if path.is_file():
+        with path.open("rb") as handle:
+            magic = handle.read(4)
+        if magic == b"GGUF" or path.suffix.lower() == ".gguf":
+            raise ConfigError(f"{path}: a GGUF file; {GGUF_HINT}")
+    elif path.is_dir() and any(path.glob("*.gguf")) and not any(path.glob("*.safetensors")):
+        raise ConfigError(f"{path}: holds GGUF weights only; {GGUF_HINT}")
+
+
 def check_paths(*, model: Path | str | None, tokenizer: Path | None = None, template: Path | None = None) -> None:
     """The model reference and input files, refused before torch or transformers is imported."""
     from vlforge.models.refs import check_model_ref
 
     if model is not None:
+        refuse_gguf(model)
         check_model_ref(model)
     for flag, path, kind in (("--tokenizer", tokenizer, "dir"), ("--template", template, "file")):
         if path is None:
@@ -90,14 +109,10 @@ def audit_command(*, model: Path | None, tokenizer: Path | None, tags: list[str]
     check_paths(model=model, tokenizer=tokenizer, template=template)
     if rewrite_out is not None:
         check_output_file(rewrite_out, flag="--rewrite-out")
+    th = check_thresholds(key_values(thresholds, "--threshold", numbers=True))
     from vlforge.tokens.audit import AuditOptions, run_audit
-    from vlforge.tokens.detect import THRESHOLDS
     from vlforge.tokens.render import print_audit
 
-    th = key_values(thresholds, "--threshold", numbers=True)
-    unknown = sorted(set(th) - set(THRESHOLDS))
-    if unknown:
-        raise ConfigError(f"--threshold {unknown[0]}: unknown; known: {', '.join(THRESHOLDS)}")
     opts = build_options(
         AuditOptions, model=resolve_model(model), tokenizer=tokenizer, tags=split_list(tags), template=template, model_template=model_template,
         template_vars=key_values(template_vars, "--template-var"), reward_regex=reward_regex, format=fmt,
@@ -115,6 +130,40 @@ def audit_command(*, model: Path | None, tokenizer: Path | None, tags: list[str]
     else:
         print_audit(report, _console())
     return report.exit_code
+
+
+def scan_command(*, model: Path, tokenizer: Path | None, top: int | None, reference_ids: list[str] | None,
+                 thresholds: list[str] | None, verify: bool, verify_dtype: str, verify_batch: int,
+                 verify_max: int, json_output: bool) -> int:
+    """Scan the whole vocabulary, print it (table or JSON) and return 0 (2 for bad input, raised)."""
+    check_paths(model=model, tokenizer=tokenizer)
+    from vlforge.models.refs import dtype_name
+
+    if top is not None and top <= 0:
+        raise ConfigError(f"--top {top}: must be a positive number of ids")
+    for flag, value in (("--verify-batch", verify_batch), ("--verify-max", verify_max)):
+        if value <= 0:
+            raise ConfigError(f"{flag} {value}: must be positive")
+    dtype = dtype_name(verify_dtype)
+    th = check_thresholds(key_values(thresholds, "--threshold", numbers=True))
+    ref_ids = int_list(reference_ids, "--reference-ids")
+    resolved = resolve_model(model)
+    if verify:
+        from vlforge.tokens.scan import refuse_causal_only
+        from vlforge.tokens.weights import read_config
+
+        refuse_causal_only(read_config(resolved), resolved)
+    from vlforge.tokens.render import print_scan
+    from vlforge.tokens.scan import ScanOptions, run_scan
+
+    report = run_scan(build_options(
+        ScanOptions, model=resolved, tokenizer=tokenizer, top=top, reference_ids=ref_ids, thresholds=th,
+        verify=verify, verify_dtype=dtype, verify_batch=verify_batch, verify_max=verify_max))
+    if json_output:
+        typer.echo(report.model_dump_json(indent=1))
+    else:
+        print_scan(report, _console())
+    return 0
 
 
 def fix_command(*, model: Path, out: Path, strategy: str, ids: list[str] | None, tags: list[str] | None,

@@ -17,6 +17,9 @@
    below), at least ``b + min_z * MAD`` above the bulk median ``b``; ``weak`` from ``b + weak_fraction
    * (untrained cut - b)``. No constant is fitted to one model: each model's scale comes from its bulk
    and its reference set.
+5. Verdicts: structural rows are untrained; a kept candidate is untrained from the weak cut up (two
+   pieces of evidence: the tokenizer never emits it and its row sits with the reference set), weak
+   below; every other id untrained from the untrained cut, weak from the weak cut, else trained.
 
 Example:
     >>> from vlforge.tokens.weights import open_embeddings
@@ -36,7 +39,10 @@ from dataclasses import dataclass, field
 import torch
 
 from vlforge.errors import ConfigError
+from vlforge.tokens.thresholds import CUT_KEYS, THRESHOLD_KEYS, THRESHOLDS, check_thresholds
 from vlforge.tokens.weights import DEFAULT_CHUNK_ROWS, Embeddings, MatrixSource
+
+__all__ = ["CUT_KEYS", "THRESHOLDS", "THRESHOLD_KEYS", "WeightStats", "detect", "score_cuts"]
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +53,6 @@ K_NEAREST = 3  # reference rows averaged per id
 REFERENCE_CAP = 2048  # reference rows held in memory (a seeded sample of larger sets)
 BULK_SAMPLE = 16384  # non-reference rows that estimate the bulk while the candidates are cleaned
 
-# Shape parameters of the cuts (model-independent; the scale comes from each model's own scores).
-THRESHOLDS: dict[str, float] = {
-    "min_z": 1.0,  # untrained cut at least bulk median + min_z x 1.4826 MAD
-    "weak_fraction": 0.75,  # weak cut = bulk median + weak_fraction x (untrained cut - bulk median)
-}
-# absolute cuts, overriding the derived ones (``--threshold untrained=0.9``)
-CUT_KEYS = ("untrained", "weak")
-THRESHOLD_KEYS = (*THRESHOLDS, *CUT_KEYS)
 STRUCTURAL = ("past_tokenizer", "zero_rows", "identical_rows", "invalid_utf8_bytes", "user")
 
 
@@ -201,7 +199,7 @@ def _structural(emb: Embeddings, *, tokenizer_len: int, byte_invalid_ids: list[i
         norms, prints = _norms_and_prints(src, chunk_rows)
         zero |= norms == 0
         same |= _identical_rows(src, prints, chunk_rows)
-        if src is emb.input:
+        if src is emb.input and not emb.tied:
             input_norms = norms
     byte = torch.zeros(n, dtype=torch.bool)
     byte[[i for i in byte_invalid_ids if 0 <= i < n]] = True
@@ -259,10 +257,7 @@ def detect(
     ``candidate_ids`` maps a reason (``unreachable``, ``unused_special``) to ids that are probably never
     seen (:func:`vlforge.tokens.reference.reference_candidates`).
     """
-    unknown = sorted(set(thresholds or {}) - set(THRESHOLD_KEYS))
-    if unknown:
-        raise ConfigError(f"--threshold {unknown[0]}: unknown; known: {', '.join(THRESHOLD_KEYS)}")
-    th = {**THRESHOLDS, **(thresholds or {})}
+    th = {**THRESHOLDS, **check_thresholds(dict(thresholds or {}))}
     n = emb.vocab_rows
     tok_len = n if tokenizer_len is None else min(tokenizer_len, n)
     rules, input_norms = _structural(emb, tokenizer_len=tok_len, byte_invalid_ids=byte_invalid_ids or [],
@@ -310,7 +305,7 @@ def detect(
         median_norm = float(input_norms[:tok_len][typical[:tok_len]].median()) if typical.any() else None
         norm_ratio = input_norms / max(median_norm or 0.0, 1e-12)
 
-    verdicts = _verdicts(n, structural, score, cuts)
+    verdicts = _verdicts(n, structural, candidates, score, cuts)
     log.info("weights: %d rows, reference %d structural + %d candidates (%s; %d candidates dropped), cuts %s, "
              "%d untrained, %d weak", n, int(structural.sum()), int(candidates.sum()),
              ", ".join(f"{k}={v}" for k, v in reasons.items() if v), int(dropped.sum()),
@@ -324,12 +319,16 @@ def detect(
     )
 
 
-def _verdicts(n: int, structural: torch.Tensor, score: torch.Tensor | None, cuts: dict[str, float]) -> list[str]:
-    """Structural reference rows are untrained; every other id by its score against the cuts."""
+def _verdicts(n: int, structural: torch.Tensor, candidates: torch.Tensor, score: torch.Tensor | None,
+              cuts: dict[str, float]) -> list[str]:
+    """Structural reference rows are untrained. A kept candidate (the tokenizer says it is never seen, its
+    row sits with the reference set) is untrained from the weak cut up, weak below it. Every other id
+    by its score: untrained from the untrained cut, weak from the weak cut."""
     if score is None:
         names = [UNKNOWN] * n
     else:
         level = (score >= cuts["untrained"]).long() + (score >= cuts["weak"]).long()
+        level[candidates] = 1 + (score[candidates] >= cuts["weak"]).long()
         names = [(TRAINED, WEAK, UNTRAINED)[int(x)] for x in level.tolist()]
     for i in torch.nonzero(structural).flatten().tolist():
         names[i] = UNTRAINED

@@ -39,7 +39,8 @@ from vlforge.outputs import (
 )
 from vlforge.strict import StrictModel
 from vlforge.tokens import detect as det
-from vlforge.tokens.tokenizer import added_tokens, byte_invalid_ids, load_tokenizer, plain_pieces
+from vlforge.tokens.reference import detect_for
+from vlforge.tokens.tokenizer import added_tokens, load_tokenizer, plain_pieces
 from vlforge.tokens.weights import Embeddings, MatrixSource, open_embeddings
 
 log = logging.getLogger(__name__)
@@ -203,9 +204,8 @@ def fix_checkpoint(opts: FixOptions) -> FixReport:
         check_output_file(opts.trainable_rows, flag="--trainable-rows")
     tok = load_tokenizer(opts.model)
     emb = open_embeddings(opts.model)
-    stats = det.detect(emb, tokenizer_len=len(tok), byte_invalid_ids=byte_invalid_ids(tok),
-                       user_reference_ids=opts.reference_ids, chunk_rows=opts.chunk_rows,
-                       thresholds=opts.thresholds)
+    stats = detect_for(tok, emb, user_reference_ids=opts.reference_ids, thresholds=opts.thresholds,
+                       chunk_rows=opts.chunk_rows)
     targets = _targets(opts, tok, stats)
     if not targets:
         raise VlforgeError("nothing to fix: none of the given tags has an untrained or weak id")
