@@ -39,6 +39,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", "text_config": {"num_hidden_layers": 2}}))
     (root / "a_file").write_text("not a directory")
+    (root / "w.gguf").write_bytes(b"GGUF" + b"\0" * 60)
 
     def config(name: str, **sections: dict) -> None:
         cfg = {"data": {"dataset_path": "good.jsonl"}, "model": {"load_from_pretrained_path": "tiny:qwen3_vl"},
@@ -69,6 +70,10 @@ CASES = {
     "tokens audit: unknown preset": (["tokens", "audit", "--model", "tiny:nope"], "unknown tiny model family"),
     "tokens audit: missing template": (["tokens", "audit", "--model", "tiny:qwen3_vl", "--template", "g.jinja"],
                                        "--template g.jinja"),
+    "tokens scan: a GGUF file": (["tokens", "scan", "--model", "w.gguf"], "w.gguf: a GGUF file"),
+    "tokens scan: --top 0": (["tokens", "scan", "--model", "tiny:qwen3_vl", "--top", "0"], "--top 0"),
+    "tokens scan: unknown threshold": (["tokens", "scan", "--model", "tiny:qwen3_vl", "--threshold", "x=1"],
+                                       "--threshold x"),
     "tokens fix: missing model": (["tokens", "fix", "--model", "./gone", "--out", "fixed"], "gone does not exist"),
     "train: missing config": (["train", "nope.yaml"], "nope.yaml"),
     "train: unknown preset": (["train", "bad_model.yaml"], "unknown tiny model family 'nope'"),
@@ -93,7 +98,7 @@ def test_the_early_check_modules_import_nothing_heavy_and_their_examples_hold() 
     import doctest
     import importlib
 
-    modules = ["vlforge.models.refs", "vlforge.models.input_checks", "vlforge.profile.options",
+    modules = ["vlforge.models.refs", "vlforge.models.input_checks", "vlforge.profile.options", "vlforge.tokens.thresholds",
                "vlforge.verify.options", "vlforge.extract.preflight", "vlforge.train.preflight"]
     probe = ("import sys\n" + "".join(f"import {m}\n" for m in modules)
              + "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")

@@ -132,6 +132,18 @@ def audit_command(*, model: Path | None, tokenizer: Path | None, tags: list[str]
     return report.exit_code
 
 
+def refuse_non_causal(model: Path) -> None:
+    """``--verify`` needs a model that generates text: an encoder's config is one line naming the file."""
+    path = model / "config.json"
+    try:
+        archs = json.loads(path.read_text()).get("architectures") or []
+    except ValueError as error:
+        raise ConfigError(f"{path}: invalid JSON ({error})") from None
+    if archs and not any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in archs):
+        raise ConfigError(f"--verify: {path} describes {', '.join(archs)}, not a causal LM; the repeat check "
+                          "needs a model that generates text")
+
+
 def scan_command(*, model: Path, tokenizer: Path | None, top: int | None, reference_ids: list[str] | None,
                  thresholds: list[str] | None, verify: bool, verify_dtype: str, verify_batch: int,
                  verify_max: int, json_output: bool) -> int:
@@ -147,12 +159,9 @@ def scan_command(*, model: Path, tokenizer: Path | None, top: int | None, refere
     dtype = dtype_name(verify_dtype)
     th = check_thresholds(key_values(thresholds, "--threshold", numbers=True))
     ref_ids = int_list(reference_ids, "--reference-ids")
+    if verify and (Path(model) / "config.json").is_file():
+        refuse_non_causal(Path(model))
     resolved = resolve_model(model)
-    if verify:
-        from vlforge.tokens.scan import refuse_causal_only
-        from vlforge.tokens.weights import read_config
-
-        refuse_causal_only(read_config(resolved), resolved)
     from vlforge.tokens.render import print_scan
     from vlforge.tokens.scan import ScanOptions, run_scan
 

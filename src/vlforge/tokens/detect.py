@@ -328,7 +328,8 @@ def _verdicts(n: int, structural: torch.Tensor, candidates: torch.Tensor, score:
         names = [UNKNOWN] * n
     else:
         level = (score >= cuts["untrained"]).long() + (score >= cuts["weak"]).long()
-        level[candidates] = 1 + (score[candidates] >= cuts["weak"]).long()
+        if math.isfinite(cuts["weak"]):  # without a cut the weights say nothing about the candidates either
+            level[candidates] = 1 + (score[candidates] >= cuts["weak"]).long()
         names = [(TRAINED, WEAK, UNTRAINED)[int(x)] for x in level.tolist()]
     for i in torch.nonzero(structural).flatten().tolist():
         names[i] = UNTRAINED

@@ -20,7 +20,7 @@ from typing import ClassVar
 
 from pydantic import BaseModel, Field
 
-from vlforge.errors import ConfigError, ModelLoadError
+from vlforge.errors import ModelLoadError
 from vlforge.strict import StrictModel
 from vlforge.tokens import detect as det
 from vlforge.tokens.audit import Verdict, WeightsSummary, weights_summary
@@ -162,10 +162,3 @@ def _verify(opts: ScanOptions, records: list[ScanRecord], notes: list[str]) -> i
         r.verify_verdict = det.UNTRAINED if probs[r.id] < MIN_PROB else det.TRAINED
     return len(want)
 
-
-def refuse_causal_only(config: dict, model: Path) -> None:
-    """``--verify`` needs a causal LM: an encoder config is refused with one line."""
-    archs = config.get("architectures") or []
-    if archs and not any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in archs):
-        raise ConfigError(f"--verify: {model / 'config.json'} describes {', '.join(archs)}, not a causal LM; "
-                          "the repeat check needs a model that generates text")

@@ -53,6 +53,7 @@ def repeat_probabilities_with(model, tok, ids: list[int], *, batch_size: int = 3
     device = next(model.parameters()).device
     jobs = [(token_id, _encode(tok, prompt)) for token_id in ids
             for prompt in prompt_texts(tok.decode([token_id]))]
+    jobs = [job for job in jobs if job[1]]  # an empty text repeated four times is no prompt
     jobs.sort(key=lambda job: len(job[1]))  # similar lengths share a batch: less padding
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     out = dict.fromkeys(ids, 0.0)
