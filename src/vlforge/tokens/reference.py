@@ -56,8 +56,14 @@ def unreachable_ids(tok) -> list[int]:
     plain.sort()
     for start in range(0, len(plain), BATCH):
         ids = plain[start:start + BATCH]
-        texts = tok.batch_decode([[i] for i in ids], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        encoded = tok(texts, add_special_tokens=False)["input_ids"]
+        if backend is not None:  # the Rust batch calls: ~5x faster than the Python wrapper, same texts and ids
+            texts = backend.decode_batch([[i] for i in ids], skip_special_tokens=False)
+            encoded = [[i for i, keep in zip(e.ids, e.attention_mask, strict=True) if keep]  # padding set on
+                       for e in backend.encode_batch(texts, add_special_tokens=False)]  # the backend is masked
+        else:
+            texts = tok.batch_decode([[i] for i in ids], skip_special_tokens=False,
+                                     clean_up_tokenization_spaces=False)
+            encoded = tok(texts, add_special_tokens=False)["input_ids"]
         for idx, text, enc in zip(ids, texts, encoded, strict=True):
             if "\ufffd" in text:  # a lone byte of a multi-byte character: reachable through its neighbours
                 continue
