@@ -244,6 +244,8 @@ CASES: list[Case] = [
                                                         "gone.jinja"], ("--template", "gone.jinja")),
     Case("tokens fix", "id out of range", lambda r: ["tokens", "fix", "--model", "tiny:qwen2_vl", "--out", "fixed",
                                                      "--ids", "99999999"], ("--ids", "99999999"), slow=True),
+    Case("tokens scan", "missing model", lambda r: ["tokens", "scan", "--model", MISSING_MODEL], (MISSING_MODEL,)),
+    Case("tokens scan", "checkpoint is a file", lambda r: ["tokens", "scan", "--model", "a_file"], ("a_file",)),
     # export / tiny
     Case("export", "missing checkpoint", lambda r: ["export", "nothere", "exported"], ("nothere",)),
     Case("export", "checkpoint is a file", lambda r: ["export", "a_file", "exported"], ("a_file",)),
@@ -274,7 +276,7 @@ def test_bad_input_is_one_line_exit_2(case: Case, media: Path, tmp_path: Path,
 
 
 def test_the_matrix_covers_every_command() -> None:
-    commands = {c.name or c.callback.__name__ for c in cli.app.registered_commands} | {"tokens audit", "tokens fix"}
+    commands = {c.name or c.callback.__name__ for c in cli.app.registered_commands} | {"tokens audit", "tokens fix", "tokens scan"}
     covered = {case.command for case in CASES}
     assert commands - {"demo", "tokens"} <= covered, sorted(commands - covered)
 
