@@ -177,8 +177,10 @@ def score_cuts(typical: torch.Tensor, reference: torch.Tensor, bulk: float, mad:
     """(untrained, weak) cuts from the model's own scores.
 
     The untrained cut is the score that best separates the reference ids from the typical ids: the
-    fewest typical ids at or above it plus reference ids below it (the middle of the score gap where
-    that count is lowest), and at least ``bulk + min_z * mad``. Typical ids above it are the
+    smallest share of typical ids at or above it plus share of reference ids below it (the middle of
+    the widest score gap where that sum is lowest), and at least ``bulk + min_z * mad``. An empty
+    stretch of scores below it, at least ``gap`` x (reference median - bulk median) wide, moves the cut
+    down into its middle: the ids above it form a cluster as far from the bulk as the reference set. Typical ids above it are the
     under-trained ones outside the reference set. Weak from ``bulk + weak_fraction * (cut - bulk)``.
     """
     floor = bulk + th["min_z"] * mad
@@ -188,9 +190,10 @@ def score_cuts(typical: torch.Tensor, reference: torch.Tensor, bulk: float, mad:
     is_ref = torch.cat([torch.zeros(len(typical)), torch.ones(len(reference))])
     order = torch.argsort(scores, descending=True)
     scores, is_ref = scores[order], is_ref[order]
-    # a cut just below position i (ids 0..i at or above it): typical above + reference below
-    typical_above = torch.cumsum(1 - is_ref, 0)
-    reference_below = is_ref.sum() - torch.cumsum(is_ref, 0)
+    # a cut just below position i (ids 0..i at or above it): the share of typical ids above plus the share
+    # of reference ids below (each class weighs the same, so a small reference set still counts)
+    typical_above = torch.cumsum(1 - is_ref, 0) / len(typical)
+    reference_below = (is_ref.sum() - torch.cumsum(is_ref, 0)) / len(reference)
     errors = typical_above + reference_below
     best = float(errors.min())
     at = torch.nonzero(errors <= best + 1e-9).flatten()
@@ -200,6 +203,16 @@ def score_cuts(typical: torch.Tensor, reference: torch.Tensor, bulk: float, mad:
     i = int(at[int(torch.argmax(gaps))])
     below = float(scores[min(i + 1, len(scores) - 1)]) if i + 1 < len(scores) else float(scores[i]) - 1e-6
     untrained = max((float(scores[i]) + below) / 2, floor)
+    # an empty stretch of scores below that cut, wider than `gap` x (reference median - bulk median),
+    # splits off a cluster of typical ids as far from the bulk as the reference set: cut in its middle
+    inside = scores[(scores > floor) & (scores < untrained)]
+    edges = torch.cat([torch.tensor([untrained], dtype=scores.dtype), inside,
+                       torch.tensor([floor], dtype=scores.dtype)])
+    widths = edges[:-1] - edges[1:]
+    if len(widths) and float(widths.max()) >= th["gap"] * (float(reference.median()) - bulk):
+        k = int(torch.argmax(widths))
+        if k > 0:  # the widest stretch ends below the first typical id under the cut
+            untrained = float(edges[k] + edges[k + 1]) / 2
     weak = bulk + th["weak_fraction"] * (untrained - bulk)
     return untrained, weak
 

@@ -6,7 +6,7 @@ Example:
     {'untrained': 0.9}
     >>> check_thresholds({"nope": 1})  # doctest: +IGNORE_EXCEPTION_DETAIL
     Traceback (most recent call last):
-    vlforge.errors.ConfigError: --threshold nope: unknown; known: min_z, weak_fraction, untrained, weak
+    vlforge.errors.ConfigError: --threshold nope: unknown; known: min_z, gap, weak_fraction, untrained, weak
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from vlforge.errors import ConfigError
 # Shape parameters of the cuts (model-independent; the scale comes from each model's own scores).
 THRESHOLDS: dict[str, float] = {
     "min_z": 1.0,  # untrained cut at least bulk median + min_z x 1.4826 MAD
+    "gap": 0.2,  # an empty score stretch this share of (reference - bulk median) wide is a cut
     "weak_fraction": 0.85,  # weak cut = bulk median + weak_fraction x (untrained cut - bulk median)
 }
 # absolute cuts on the score, overriding the derived ones (``--threshold untrained=0.9``)
