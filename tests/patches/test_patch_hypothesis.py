@@ -108,7 +108,10 @@ def test_gemm_gradients_equal_the_convs(case: Case) -> None:
     vlforge.patch(nn.Sequential(conv), precision=case.precision)
     for got, want in zip(grads(), stock, strict=True):
         tolerance = _tolerance(case, want)
-        torch.testing.assert_close(got, want, rtol=tolerance["rtol"], atol=tolerance["atol"] * 10)
+        # a gradient sums many products: both paths' rounding grows with the size of the sum, so the absolute
+        # bound scales with the largest element (seen: weight gradients near 920, both 3e-4..7e-4 from fp64)
+        scale = max(1.0, want.abs().max().item())
+        torch.testing.assert_close(got, want, rtol=tolerance["rtol"], atol=tolerance["atol"] * 10 * scale)
 
 
 @settings(deadline=None, max_examples=30, database=None)
