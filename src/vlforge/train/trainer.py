@@ -40,16 +40,18 @@ from typing import Any
 import torch
 
 from vlforge.data.errors import SkipLedger, SkipWarnings, limit_error, over_limit
-from vlforge.errors import ConfigError, DataError, OutputError
-from vlforge.outputs import atomic_write_json, check_output_dir, owned
+from vlforge.errors import ConfigError, DataError
+from vlforge.outputs import atomic_write_json
 from vlforge.train import checkpoint as ckpt
+from vlforge.train import preflight
 from vlforge.train.config import load_config
 from vlforge.train.data_setup import RankData, data_config, open_stream, processor_for
 from vlforge.train.dist import DistContext, init_distributed
 from vlforge.train.loss import label_count, token_loss_sum
-from vlforge.train.metrics import METRICS_FILE, MetricsLogger
+from vlforge.train.metrics import MetricsLogger
 from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler
+from vlforge.train.preflight import DATA_REPORT, FINAL_DIR
 from vlforge.train.schema import TrainConfig
 from vlforge.train.sp import (
     SequenceParallel,
@@ -61,8 +63,6 @@ from vlforge.train.sp import (
 
 logger = logging.getLogger(__name__)
 
-FINAL_DIR = "final"
-DATA_REPORT = "data_report.json"
 SKIP_KEY = "data.max_skip_fraction"
 
 
@@ -171,13 +171,7 @@ class Trainer:
     # -- set-up -----------------------------------------------------------------------------------
     def check_outputs(self) -> None:
         """Output paths checked before the model loads: one-line errors, nothing of the user's touched."""
-        check_output_dir(self.output_dir, flag="output_dir", mode="into")
-        if self.export:
-            check_output_dir(self.output_dir / FINAL_DIR, flag="output_dir", mode="replace")
-        for written in (self.output_dir / METRICS_FILE, self.output_dir / DATA_REPORT):
-            if (written.exists() or written.is_symlink()) and not owned(written):
-                raise OutputError(f"output_dir: {written} exists and was not written by vlforge; move it away or "
-                                  "choose another output_dir")
+        preflight.check_outputs(self.cfg, export=self.export)
 
     def setup(self) -> None:
         cfg, ctx = self.cfg, self.ctx
