@@ -1,4 +1,5 @@
-"""Video decoding with PyAV and Qwen's frame-sampling rules; Qwen3-VL frame timestamps.
+"""Qwen's frame-sampling rules, the data pipeline's video decode (:mod:`vlforge.media.decode`, seeking),
+Qwen3-VL frame timestamps.
 
 Example:
     >>> sample_frame_indices(total_frames=30, video_fps=10.0, fps=2.0, min_frames=4, max_frames=768,
@@ -10,18 +11,16 @@ Example:
 
 from __future__ import annotations
 
-import logging
 import math
-from dataclasses import dataclass
 
-import av
 import numpy as np
 
 from vlforge.data.errors import SampleError
 from vlforge.data.media import Media
 from vlforge.data.vision import VisionSettings
+from vlforge.media.decode import DECODE_ERRORS, DecodedVideo, read_video
 
-logger = logging.getLogger(__name__)
+__all__ = ["DecodedVideo", "decode_video", "frame_timestamps", "sample_frame_indices"]
 
 
 def _floor_to(n: float, k: int) -> int:
@@ -66,75 +65,21 @@ def frame_timestamps(indices: list[int], video_fps: float, temporal_patch_size: 
             for i in range(0, len(idx), temporal_patch_size)]
 
 
-@dataclass
-class DecodedVideo:
-    """Sampled RGB frames (HWC uint8) with where they came from."""
-
-    frames: list[np.ndarray]
-    indices: list[int]
-    video_fps: float
-    total_frames: int
-
-    @property
-    def sample_fps(self) -> float:
-        """Sampled frames per second of video (Qwen2.5-VL's ``second_per_grid_ts`` = tp / this)."""
-        return len(self.indices) / max(self.total_frames, 1) * self.video_fps
-
-
-def _decode(media: Media, wanted: set[int] | None) -> tuple[dict[int, np.ndarray], int, float]:
-    with media.open() as fh, av.open(fh) as container:
-        if not container.streams.video:
-            raise av.error.InvalidDataError(0, "no video stream")
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        rate = stream.average_rate or stream.guessed_rate or 24
-        kept: dict[int, np.ndarray] = {}
-        count = 0
-        for frame in container.decode(stream):
-            if wanted is None or count in wanted:
-                kept[count] = frame.to_ndarray(format="rgb24")
-            count += 1
-            if wanted is not None and len(kept) == len(wanted):
-                break
-        return kept, count, float(rate)
-
-
-def _probe(media: Media) -> tuple[int, float]:
-    with media.open() as fh, av.open(fh) as container:
-        if not container.streams.video:
-            raise av.error.InvalidDataError(0, "no video stream")
-        stream = container.streams.video[0]
-        rate = float(stream.average_rate or stream.guessed_rate or 24)
-        total = stream.frames
-        if not total:  # container without a frame count: count packets
-            total = sum(1 for p in container.demux(stream) if p.size)
-        return int(total), rate
-
-
 def decode_video(media: Media, settings: VisionSettings, *, source: str, location: str,
                  fps: float | None = None, frame_num: int | None = None, max_frames: int | None = None
                  ) -> DecodedVideo:
-    """Sample and decode frames; undecodable input is a ``corrupt_video`` :class:`SampleError`."""
+    """Sample and decode frames (seeking, see :mod:`vlforge.media.decode`); undecodable input is a
+    ``corrupt_video`` :class:`SampleError`."""
     by_num = settings.video_sampling_strategy == "frame_num" or frame_num is not None
+
+    def pick(total: int, rate: float) -> list[int]:
+        return sample_frame_indices(
+            total, rate, fps=None if by_num else (fps or settings.fps),
+            frame_num=(frame_num or settings.frame_num) if by_num else None,
+            min_frames=settings.video_min_frames, max_frames=max_frames or settings.video_max_frames,
+            temporal_patch_size=settings.temporal_patch_size)
+
     try:
-        total, rate = _probe(media)
-        if total <= 0:
-            raise ValueError("video has no frames")
-        for _attempt in range(2):
-            indices = sample_frame_indices(
-                total, rate, fps=None if by_num else (fps or settings.fps),
-                frame_num=(frame_num or settings.frame_num) if by_num else None,
-                min_frames=settings.video_min_frames, max_frames=max_frames or settings.video_max_frames,
-                temporal_patch_size=settings.temporal_patch_size)
-            kept, count, rate = _decode(media, set(indices))
-            if len(kept) == len(set(indices)):
-                break
-            logger.debug("%s: frame count %d in metadata, %d decoded; resampling", media.label, total, count)
-            total = count
-            if total <= 0:
-                raise ValueError("video has no decodable frames")
-        else:
-            raise ValueError(f"frames {sorted(set(indices) - set(kept))} could not be decoded")
-    except (av.error.FFmpegError, ValueError, OSError) as exc:
+        return read_video(media.path if media.path is not None else media.open, pick, label=media.label)
+    except DECODE_ERRORS as exc:
         raise SampleError("corrupt_video", source, location, f"cannot decode video {media.label}: {exc}") from exc
-    return DecodedVideo([kept[i] for i in indices], indices, rate, total)

@@ -1,0 +1,259 @@
+"""The one video decoder (PyAV): decode only the chosen frames, seeking to the keyframe before each.
+
+A frame's *index* is its position in presentation order: the n-th frame the decoder returns when the
+stream is read from the start. :func:`read_video` returns exactly the frames the sequential read gives
+for those indices, without decoding the whole clip:
+
+1. A demux pass over packets (no decoding) gives every frame's pts; sorted, they are the presentation
+   order, so index <-> pts needs no frame rate (variable frame rate, ``start_time != 0`` and B-frame
+   reordering included). Keyframe packets give the seek points.
+2. For each wanted index (ascending), if a keyframe lies between the decoder's position and the target
+   (and the target is more than ``near`` frames ahead), seek to that keyframe
+   (``container.seek(pts, stream=..., backward=True, any_frame=False)``), else decode forward. Frames are
+   recognised by pts; after a seek only frames from the first decoded keyframe on count.
+3. The sequential read (today's path: decode from the start up to the last wanted frame) is used when
+   the stream has no usable index (a packet without pts, duplicate pts, no packets), when the frame
+   count in the metadata exceeds the packets (the sampler is re-run on the decoded count), or when a
+   seek does not reach a wanted frame; the reason is logged at debug level.
+
+The frame count given to ``pick`` is the container's ``stream.frames``, else the number of packets;
+``pick(total, fps)`` returns the indices to keep (duplicates allowed).
+
+Example:
+    >>> import numpy as np, tempfile, pathlib, av
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "v.mp4"
+    >>> with av.open(str(path), "w") as out:
+    ...     s = out.add_stream("mpeg4", rate=10, options={"g": "5"}); s.width, s.height = 32, 32
+    ...     for i in range(20):
+    ...         f = av.VideoFrame.from_ndarray(np.full((32, 32, 3), i * 12, np.uint8), format="rgb24")
+    ...         _ = [out.mux(p) for p in s.encode(f)]
+    ...     _ = [out.mux(p) for p in s.encode()]
+    >>> video = read_video(path, lambda total, fps: [0, 9, 19])
+    >>> video.total_frames, video.video_fps, video.method, [round(f.mean() / 12) for f in video.frames]
+    (20, 10.0, 'seek', [0, 9, 19])
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
+
+import av
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+Source = str | Path | bytes | Callable[[], BinaryIO]
+"""A file path, the file's bytes, or a function opening a binary file object (``Media.open``)."""
+Pick = Callable[[int, float], list[int]]
+"""``(total_frames, video_fps) -> indices`` of the frames to keep."""
+Method = Literal["auto", "seek", "sequential"]
+
+DECODE_ERRORS: tuple[type[BaseException], ...] = (av.error.FFmpegError, ValueError, OSError)
+"""What :func:`read_video` raises for an unreadable, corrupt or empty video."""
+
+
+@dataclass
+class DecodedVideo:
+    """Sampled RGB frames (HWC uint8, in the order of ``indices``) with where they came from."""
+
+    frames: list[np.ndarray]
+    indices: list[int]
+    video_fps: float
+    total_frames: int
+    method: str = "sequential"
+    """``seek`` or ``sequential``: how the frames were reached."""
+
+    @property
+    def sample_fps(self) -> float:
+        """Sampled frames per second of video (Qwen2.5-VL's ``second_per_grid_ts`` = tp / this)."""
+        return len(self.indices) / max(self.total_frames, 1) * self.video_fps
+
+
+@dataclass(frozen=True)
+class FrameIndex:
+    """Presentation-ordered pts of every frame and the positions of the keyframes (0 always included)."""
+
+    pts: np.ndarray
+    keyframes: list[int]
+
+
+class _Fallback(Exception):
+    """The seek path cannot guarantee the sequential frames; the message says why."""
+
+
+@contextmanager
+def _open(source: Source) -> Iterator[Any]:
+    if isinstance(source, (str, Path)):
+        with av.open(str(source)) as container:
+            yield container
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        with av.open(io.BytesIO(bytes(source))) as container:
+            yield container
+    else:
+        with source() as fh, av.open(fh) as container:
+            yield container
+
+
+def _video_stream(container: Any) -> Any:
+    if not container.streams.video:
+        raise av.error.InvalidDataError(0, "no video stream")
+    return container.streams.video[0]
+
+
+def _rate(stream: Any) -> float:
+    return float(stream.average_rate or stream.guessed_rate or 24)
+
+
+def _probe(source: Source, want_index: bool) -> tuple[int, float, FrameIndex | None, str]:
+    """Frame count, fps and (if asked) the frame index from one demux pass; the last item says why
+    there is no index."""
+    with _open(source) as container:
+        stream = _video_stream(container)
+        rate = _rate(stream)
+        if not want_index:
+            total = stream.frames or sum(1 for p in container.demux(stream) if p.size)
+            return int(total), rate, None, "sequential decode requested"
+        counted, pts, keys = 0, [], []
+        for packet in container.demux(stream):
+            if not packet.size:
+                continue
+            counted += 1
+            if not packet.is_discard:
+                pts.append(packet.pts)
+                keys.append(packet.is_keyframe)
+        total = int(stream.frames or counted)
+    if not pts:
+        return total, rate, None, "no packets"
+    if any(p is None for p in pts):
+        return total, rate, None, "packets without pts"
+    raw = np.asarray(pts, dtype=np.int64)
+    order = np.argsort(raw, kind="stable")
+    ordered = raw[order]
+    if np.any(np.diff(ordered) == 0):
+        return total, rate, None, "duplicate packet pts"
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    keyframes = sorted({0, *rank[np.asarray(keys, dtype=bool)].tolist()})
+    return total, rate, FrameIndex(ordered, keyframes), ""
+
+
+class _Cursor:
+    """A decoder position in one open container; frames are identified by pts."""
+
+    def __init__(self, container: Any, stream: Any, index: FrameIndex) -> None:
+        self.container, self.stream, self.index = container, stream, index
+        self.position_of = {int(p): i for i, p in enumerate(index.pts)}
+        self.frames = container.decode(stream)
+        self.position = -1  # presentation index of the last decoded frame
+        self.anchored = True  # decoding from the start: every frame counts
+
+    def seek(self, keyframe: int) -> None:
+        self.container.seek(int(self.index.pts[keyframe]), stream=self.stream, backward=True, any_frame=False)
+        self.frames = self.container.decode(self.stream)
+        self.position, self.anchored = -1, False
+
+    def frame_at(self, target: int) -> np.ndarray | None:
+        """Decode forward to ``target``; None when the decoder passes it or the stream ends."""
+        for frame in self.frames:
+            position = self.position_of.get(frame.pts) if frame.pts is not None else None
+            if position is None:
+                raise _Fallback(f"decoded frame pts {frame.pts} is not in the packet index")
+            if not self.anchored:
+                if not frame.key_frame:  # leading frames before the first keyframe after a seek
+                    continue
+                self.anchored = True
+            self.position = position
+            if position == target:
+                return frame.to_ndarray(format="rgb24")
+            if position > target:
+                return None
+        return None
+
+
+def _seek_decode(source: Source, index: FrameIndex, wanted: list[int], near: int) -> dict[int, np.ndarray]:
+    kept: dict[int, np.ndarray] = {}
+    keyframes = index.keyframes
+    with _open(source) as container:
+        stream = _video_stream(container)
+        stream.thread_type = "AUTO"
+        cursor = _Cursor(container, stream, index)
+        for target in wanted:
+            at = bisect.bisect_right(keyframes, target) - 1
+            seeked = keyframes[at] > cursor.position and target - cursor.position > near
+            if seeked:
+                cursor.seek(keyframes[at])
+            tries = 0
+            while (frame := cursor.frame_at(target)) is None:
+                at -= seeked  # retry from the keyframe before the one that missed
+                tries += 1
+                if at < 0 or tries > 2:
+                    raise _Fallback(f"frame {target} not reached by seeking")
+                cursor.seek(keyframes[at])
+                seeked = True
+            kept[target] = frame
+    return kept
+
+
+def _sequential(source: Source, wanted: set[int]) -> tuple[dict[int, np.ndarray], int]:
+    """Decode from the start up to the last wanted frame; also the decoded count when it ends early."""
+    with _open(source) as container:
+        stream = _video_stream(container)
+        stream.thread_type = "AUTO"
+        kept: dict[int, np.ndarray] = {}
+        count = 0
+        for frame in container.decode(stream):
+            if count in wanted:
+                kept[count] = frame.to_ndarray(format="rgb24")
+            count += 1
+            if len(kept) == len(wanted):
+                break
+        return kept, count
+
+
+def read_video(source: Source, pick: Pick, *, method: Method = "auto", near: int = 8,
+               label: str = "video") -> DecodedVideo:
+    """The frames ``pick(total, fps)`` chooses, decoded by seeking (``auto``: sequential when the stream
+    cannot be seeked exactly; ``seek``: raise instead; ``sequential``: always read from the start).
+
+    Raises one of :data:`DECODE_ERRORS` for an unreadable or empty video.
+    """
+    if method not in ("auto", "seek", "sequential"):
+        raise ValueError(f"method must be auto, seek or sequential, got {method!r}")
+    total, rate, index, why = _probe(source, want_index=method != "sequential")
+    if total <= 0:
+        raise ValueError("video has no frames")
+    indices = list(pick(total, rate))
+    if index is not None and max(indices) < len(index.pts):
+        try:
+            kept = _seek_decode(source, index, sorted(set(indices)), near)
+            return DecodedVideo([kept[i] for i in indices], indices, rate, total, "seek")
+        except _Fallback as exc:
+            why = str(exc)
+        except av.error.FFmpegError as exc:
+            why = f"seek decode failed: {exc}"
+    elif index is not None:
+        why = f"metadata counts {total} frames, the stream has {len(index.pts)} packets"
+    if method == "seek":
+        raise ValueError(f"cannot seek in {label}: {why}")
+    if method == "auto":
+        logger.debug("%s: sequential decode (%s)", label, why)
+    for attempt in range(2):
+        if attempt:
+            indices = list(pick(total, rate))
+        kept, count = _sequential(source, set(indices))
+        if len(kept) == len(set(indices)):
+            break
+        logger.debug("%s: frame count %d in metadata, %d decoded; resampling", label, total, count)
+        total = count
+        if total <= 0:
+            raise ValueError("video has no decodable frames")
+    else:
+        raise ValueError(f"frames {sorted(set(indices) - set(kept))} could not be decoded")
+    return DecodedVideo([kept[i] for i in indices], indices, rate, total, "sequential")
