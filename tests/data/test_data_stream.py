@@ -63,6 +63,8 @@ def test_on_error_skip_counts_every_reason_and_writes_the_report(make_processor,
     {"packing": True, "packing_length": 160, "packing_strategy": "first_fit", "packing_open_bins": 3},
     {"packing": True, "packing_length": 160, "packing_strategy": "best_fit", "pad_to_packing_length": True},
     {"batch_size": 3, "group_by_length": True, "group_window": 9},
+    {"packing": True, "packing_length": 160, "shuffle": True, "shuffle_buffer": 7, "shuffle_block": 4},
+    {"batch_size": 3, "group_by_length": True, "group_window": 9, "shuffle": True, "shuffle_buffer": 20},
 ])
 def test_resume_at_arbitrary_points_yields_the_same_stream(make_processor, tmp_path, mode):
     cfg = DataConfig(datasets=_dataset(tmp_path), seed=3, epochs=2, **mode)
@@ -217,12 +219,13 @@ def test_resume_anywhere_property(make_processor, tmp_path):
 
     @settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
     @given(length=st.integers(60, 200), bins=st.integers(1, 5), strategy=st.sampled_from(["first_fit", "best_fit"]),
-           packing=st.booleans(), seed=st.integers(0, 3), stop_frac=st.floats(0, 1))
-    def check(length, bins, strategy, packing, seed, stop_frac):
+           packing=st.booleans(), seed=st.integers(0, 3), stop_frac=st.floats(0, 1),
+           shuffle=st.booleans(), buffer=st.integers(1, 12), block=st.integers(1, 9))
+    def check(length, bins, strategy, packing, seed, stop_frac, shuffle, buffer, block):
         cfg = DataConfig(datasets=[{"path": "a.jsonl", "weight": 2}, {"path": "b.jsonl"}], on_error="skip",
                          seed=seed, packing=packing, packing_length=length, packing_strategy=strategy,
                          packing_open_bins=bins, max_length=length, batch_size=2, group_by_length=not packing,
-                         group_window=5)
+                         group_window=5, shuffle=shuffle, shuffle_buffer=buffer, shuffle_block=block)
         full = _drain(DataStream(cfg, proc, base_dir=tmp_path))
         stop = int(stop_frac * len(full))
         first = DataStream(cfg, proc, base_dir=tmp_path)

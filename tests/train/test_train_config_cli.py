@@ -37,7 +37,7 @@ def test_valid_guide_prints_resolved_yaml_with_warnings(write_yaml, tmp_path) ->
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert out.startswith(f"# {path}: valid (lmms_list layout)")
-    assert "# warning: data.shuffle: true has no effect" in out  # LMMS Engine's default shuffle: true
+    assert "data.shuffle" not in "".join(line for line in out.splitlines() if line.startswith("# warning"))
     resolved = yaml.safe_load(out)
     assert resolved["data"]["streaming"] is True and resolved["training"]["max_steps"] == 1000
     assert load_config(write_yaml(out)) == load_config(path, [override])  # the printed YAML is the same config
@@ -58,7 +58,8 @@ def test_json_warnings_of_the_guide(tmp_path) -> None:
     assert result.exit_code == 0
     report = json.loads(result.stdout)
     assert report["layout"] == "lmms_list"
-    assert any(w.startswith("data.shuffle") for w in report["warnings"])
+    assert not any(w.startswith("data.shuffle") for w in report["warnings"])  # honoured now
+    assert report["config"]["data"]["shuffle"] is True
     assert report["config"]["packing"]["packing_length"] == 16384
 
 

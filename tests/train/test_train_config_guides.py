@@ -85,8 +85,6 @@ def test_guide_inert_keys_warn_once_each(name: str, caplog: pytest.LogCaptureFix
     cfg = resolved.config
     if "use_rmpad" in cfg.model_fields_set and cfg.use_rmpad != cfg.packing.packing:
         expected.add("use_rmpad")  # the guide's use_rmpad: true with packing off does nothing in vlforge
-    if cfg.data.shuffle:
-        expected.add("data.shuffle")
     assert sorted(keys) == sorted(expected)
     logged = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert len(logged) == len(resolved.warnings)

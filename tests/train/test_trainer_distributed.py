@@ -44,17 +44,19 @@ def model_path(tiny_checkpoint):
 
 @pytest.fixture(scope="module")
 def two_rank_run(tmp_path_factory, model_path):
-    """2 gloo ranks x 2 micro-batches x 2 steps, clipped to norm 1 (the raw norm is about 3.5), a checkpoint per step."""
+    """2 gloo ranks x 2 micro-batches x 2 steps, clipped to norm 1 (the raw norm is about 3.5), a checkpoint per step;
+    shuffled records (the shuffled order is global: the same samples in 1 or 2 processes)."""
     root = tmp_path_factory.mktemp("two-ranks")
     cfg = tiny_config(root / "out", model_path, training={"gradient_accumulation_steps": 2, "max_grad_norm": 1.0},
-                      checkpointing={"save_steps": 1})
+                      checkpointing={"save_steps": 1}, data={"shuffle": True, "seed": 5})
     run_training(write_config(root / "run.yaml", cfg), 2)
     return root / "out", cfg
 
 
 def test_two_ranks_equal_one_rank(tmp_path, model_path, two_rank_run):
     out2, _ = two_rank_run
-    cfg = tiny_config(tmp_path / "out", model_path, training={"gradient_accumulation_steps": 4, "max_grad_norm": 1.0})
+    cfg = tiny_config(tmp_path / "out", model_path, training={"gradient_accumulation_steps": 4, "max_grad_norm": 1.0},
+                      data={"shuffle": True, "seed": 5})
     run_training(write_config(tmp_path / "run.yaml", cfg), 1)
     one, two = _losses(tmp_path / "out"), _losses(out2)
     assert len(one) == len(two) == 2
@@ -83,9 +85,14 @@ def test_resume_from_two_ranks_onto_one(tmp_path, model_path, two_rank_run):
     adam = trainer.optimizer.state_dict()["state"]
     assert adam and all(float(s["step"]) == 1.0 for s in adam.values())
     assert any(float(s["exp_avg"].abs().max()) > 0 for s in adam.values())
-    # The 2 ranks read records 0-3 in step 1; the one rank continues with the 5th record, nothing skipped.
+    # The 2 ranks read the first 4 shuffled records in step 1; the one rank continues with the 5th, nothing skipped.
+    from vlforge.train.data_setup import open_stream
+
+    order = open_stream(trainer.data_cfg, trainer.processor, rank=0, world_size=1, base_dir=".")
+    expected = [next(order)["sample_ids"] for _ in range(5)]
+    assert [ids[0][1] for ids in expected] != ["line 1", "line 2", "line 3", "line 4", "line 5"]  # shuffled
     batch = next(trainer.stream)
-    assert batch["sample_ids"] == [(0, "line 5")]
+    assert batch["sample_ids"] == expected[4]
     result = trainer.train()
     assert result.steps == 2 and result.resumed_from == ckpt1
     assert (tmp_path / "out" / "checkpoint-2" / "trainer_state.json").is_file()
@@ -94,7 +101,8 @@ def test_resume_from_two_ranks_onto_one(tmp_path, model_path, two_rank_run):
 def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path, model_path):
     cfg = tiny_config(tmp_path / "ref", model_path, packing={"packing": True, "packing_length": 160},
                       training={"max_steps": 6, "gradient_accumulation_steps": 2},
-                      checkpointing={"save_steps": 2, "resume": "auto"})
+                      checkpointing={"save_steps": 2, "resume": "auto"},
+                      data={"shuffle": True, "shuffle_buffer": 3, "shuffle_block": 2})  # buffer state crosses the kill
     config = write_config(tmp_path / "run.yaml", cfg)
     run_training(config, 1)
 

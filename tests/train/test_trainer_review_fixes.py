@@ -63,6 +63,29 @@ def test_schedule_length_with_dataloader_workers_equals_the_batches_the_workers_
     assert count_steps(cfg, data_cfg, trainer.processor, trainer.ctx, ".") == real
 
 
+def test_schedule_of_a_large_dataset_is_estimated_without_a_pass(trainer, checkpoint, tmp_path, monkeypatch):
+    """Above a few hundred records no counting pass runs: a fixed sample is processed, and the estimate is close."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    records = [{"messages": [{"role": "user", "content": f"Question {i}: " + "word " * ((i * 37) % 60)},
+                             {"role": "assistant", "content": "Answer" + " ok" * ((i * 11) % 20)}]} for i in range(900)]
+    (tmp_path / "big.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    raw = tiny_config(trainer.output_dir, checkpoint, packing={"packing": True, "packing_length": 500},
+                      training={"max_steps": None, "num_train_epochs": 2, "gradient_accumulation_steps": 2})
+    raw["data"] = {"dataset_path": str(tmp_path / "big.jsonl")}
+    cfg = TrainConfig.model_validate(raw)
+    data_cfg = data_config(cfg)
+    processed = []
+    original = trainer.processor.process
+    monkeypatch.setattr(trainer.processor, "process", lambda *a, **k: processed.append(1) or original(*a, **k))
+    estimate = count_steps(cfg, data_cfg, trainer.processor, trainer.ctx, ".")
+    assert len(processed) <= 256
+    monkeypatch.setattr(trainer.processor, "process", original)
+    stream = open_stream(data_cfg, trainer.processor, rank=0, world_size=1, base_dir=".")
+    real = sum(1 for _ in stream) // micro_batches(cfg)
+    stream.close()
+    assert abs(estimate - real) <= max(2, 0.05 * real), (estimate, real)
+
+
 def _stop_worker(rank: int, port: int, results) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
@@ -115,11 +138,16 @@ def _minimal(**sections) -> TrainConfig:
     return TrainConfig.model_validate(raw)
 
 
-def test_shuffle_is_off_by_default_and_true_warns_that_it_does_nothing():
+def test_shuffle_is_off_by_default_and_its_sizes_warn_only_without_it():
     assert _minimal().data.shuffle is False
-    assert not [w for w in _minimal().inert_warnings() if "shuffle" in w]
-    notes = [w for w in _minimal(data={"shuffle": True}).inert_warnings() if w.startswith("data.shuffle")]
-    assert len(notes) == 1 and "file order" in notes[0]
+    assert not [w for w in _minimal(data={"shuffle": True}).inert_warnings() if "shuffle" in w]
+    notes = [w for w in _minimal(data={"shuffle_buffer": 50}).inert_warnings() if w.startswith("data.shuffle")]
+    assert notes == ["data.shuffle_buffer has no effect: data.shuffle is false"]
+    from vlforge.train.data_setup import data_config
+
+    cfg = _minimal(data={"shuffle": True, "shuffle_buffer": 50, "shuffle_block": 8})
+    piped = data_config(cfg)
+    assert (piped.shuffle, piped.shuffle_buffer, piped.shuffle_block) == (True, 50, 8)
 
 
 @pytest.mark.parametrize(("rmpad", "packing", "warns"), [(True, False, True), (False, True, True),

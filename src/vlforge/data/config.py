@@ -52,6 +52,9 @@ class DataConfig(StrictModel):
     allow_path_escape: bool = Field(False, description="allow relative media paths that leave data_folder")
     seed: int = Field(0, description="mixture sampling seed")
     epochs: int | None = Field(1, gt=0, description="passes over the data; null = repeat forever")
+    shuffle: bool = Field(False, description="read each file in per-epoch permuted blocks through a shuffle buffer")
+    shuffle_buffer: int = Field(1000, gt=0, description="records held by the shuffle buffer")
+    shuffle_block: int = Field(64, gt=0, description="consecutive lines/rows read together when shuffling")
     label_mode: Literal["assistant", "lmms"] = Field(
         "assistant", description="labels: assistant replies + <|im_end|>, or LMMS Engine 0.1.4's masking")
     # vision (None = the model family's default)

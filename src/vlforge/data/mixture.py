@@ -2,7 +2,9 @@
 
 Each draw picks a source that still has records with probability proportional to its ``weight``;
 a source ends at end of file or after ``max_samples`` records. When all have ended, the next epoch
-starts (sources rewound) until ``epochs`` passes are done (``None``: forever).
+starts (sources rewound) until ``epochs`` passes are done (``None``: forever). With ``shuffle_block``
+each file is read in blocks of that many positions, permuted anew every epoch
+(:class:`~vlforge.data.shuffle.ShuffledSource`).
 
 Example:
     >>> import json, tempfile, pathlib
@@ -28,9 +30,15 @@ from vlforge.errors import DataError
 class Mixture:
     """Draw records from several sources; ``state_dict()`` captures positions, counts and the RNG."""
 
-    def __init__(self, entries: list[ResolvedEntry], *, seed: int = 0, epochs: int | None = 1) -> None:
+    def __init__(self, entries: list[ResolvedEntry], *, seed: int = 0, epochs: int | None = 1,
+                 shuffle_block: int | None = None) -> None:
         self.entries = entries
-        self.sources = [open_source(e.path, e.data_type) for e in entries]
+        self.sources: list[Any] = [open_source(e.path, e.data_type) for e in entries]
+        if shuffle_block is not None:
+            from vlforge.data.shuffle import ShuffledSource
+
+            self.sources = [ShuffledSource(s, seed=seed, entry=i, block=shuffle_block)
+                            for i, s in enumerate(self.sources)]
         self.epochs = epochs
         self.rng = random.Random(seed)
         self.epoch = 0
@@ -44,7 +52,10 @@ class Mixture:
         if self.epochs is not None and self.epoch >= self.epochs:
             return False
         for source in self.sources:
-            source.reset()
+            if hasattr(source, "start_epoch"):
+                source.start_epoch(self.epoch)  # a new block order
+            else:
+                source.reset()
         self.taken = [0] * len(self.entries)
         self.ended = [False] * len(self.entries)
         return True

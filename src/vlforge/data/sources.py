@@ -17,10 +17,12 @@ Example:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -76,6 +78,28 @@ class Source:
     def close(self) -> None:
         """Release file handles (reopened lazily on the next read)."""
 
+    # -- random access by position (shuffled reading, cheap record counts) -------------------------------
+    def extent(self) -> int:  # pragma: no cover - abstract
+        """Positions in the file: lines (``jsonl``, blank ones included), rows, or array items."""
+        raise NotImplementedError
+
+    def records(self) -> int:
+        """Records the file holds (blank ``jsonl`` lines excluded), from metadata or a byte scan: no parsing."""
+        return self.extent()
+
+    def block_groups(self, block: int) -> list[list[tuple[int, int]]]:
+        """Position ranges ``[start, stop)`` of ``block`` positions, grouped by what is cheap to read together.
+
+        Shuffled reading permutes the groups, then the blocks inside each group. By default every block
+        is its own group (random access is cheap); parquet groups the blocks of one row group.
+        """
+        n = self.extent()
+        return [[(start, min(start + block, n))] for start in range(0, n, block)]
+
+    def read_range(self, start: int, stop: int) -> Iterator[tuple[int, RawRecord | None]]:  # pragma: no cover
+        """``(position, record)`` for positions ``start..stop-1``; ``record`` is None for a blank ``jsonl`` line."""
+        raise NotImplementedError
+
     def _decoded(self, location: str, value: Any) -> RawRecord:
         if isinstance(value, dict):
             return RawRecord(self.name, location, value)
@@ -106,15 +130,8 @@ class JsonlSource(Source):
             self._offset += len(raw)
             self._line += 1
             text = raw.strip()
-            if not text:
-                continue
-            location = f"line {self._line}"
-            try:
-                value = json.loads(text)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                err = SampleError("malformed_json", self.name, location, f"invalid JSON: {exc}")
-                return RawRecord(self.name, location, None, err)
-            return self._decoded(location, value)
+            if text:
+                return self._parse(text, self._line)
 
     def state_dict(self) -> dict[str, Any]:
         return {"offset": self._offset, "line": self._line}
@@ -127,6 +144,85 @@ class JsonlSource(Source):
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+    def _index(self) -> LineIndex:
+        if getattr(self, "_line_index", None) is None:
+            self._line_index = LineIndex.scan(self.path)
+        return self._line_index
+
+    def extent(self) -> int:
+        return self._index().lines
+
+    def records(self) -> int:
+        return self._index().nonblank
+
+    def read_range(self, start: int, stop: int) -> Iterator[tuple[int, RawRecord | None]]:
+        index = self._index()
+        with open(self.path, "rb") as fh:
+            line = start - start % index.stride
+            fh.seek(int(index.starts[line // index.stride]))
+            for _ in range(start - line):
+                fh.readline()
+            for line in range(start, stop):
+                raw = fh.readline()
+                text = raw.strip()
+                yield line, (self._parse(text, line + 1) if text else None)
+
+    def _parse(self, text: bytes, line: int) -> RawRecord:
+        location = f"line {line}"
+        try:
+            value = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return RawRecord(self.name, location, None, SampleError("malformed_json", self.name, location,
+                                                                    f"invalid JSON: {exc}"))
+        return self._decoded(location, value)
+
+
+@dataclass
+class LineIndex:
+    """Byte offsets of every ``stride``-th line start of a text file, its line count and non-blank lines.
+
+    Built by one pass over the bytes (no JSON parsing): about a second per GB.
+    """
+
+    starts: np.ndarray
+    lines: int
+    nonblank: int
+    stride: int = 64
+
+    @classmethod
+    def scan(cls, path: Path, stride: int = 64, chunk: int = 1 << 22) -> LineIndex:
+        starts, newline_count, blank, offset, tail = [0], 0, 0, 0, 0
+        content_before = 0  # non-whitespace bytes since the last newline (carried across chunks)
+        with open(path, "rb") as fh:
+            while data := fh.read(chunk):
+                raw = np.frombuffer(data, dtype=np.uint8)
+                newlines = np.flatnonzero(raw == 10)
+                if len(newlines):
+                    # a line is blank when it holds only whitespace (the reader strips it and skips it)
+                    content = np.cumsum(~np.isin(raw, _WHITESPACE), dtype=np.int64)[newlines]
+                    per_line = np.diff(content, prepend=0)
+                    per_line[0] += content_before
+                    blank += int(np.count_nonzero(per_line == 0))
+                    content_before = int(np.count_nonzero(~np.isin(raw[newlines[-1] + 1:], _WHITESPACE)))
+                    # newline number g ends line g; line g + 1 starts after it: keep starts of lines k * stride
+                    picks = np.arange((stride - 1 - newline_count) % stride, len(newlines), stride)
+                    starts.extend((newlines[picks] + offset + 1).tolist())
+                    newline_count += len(newlines)
+                    tail = len(data) - newlines[-1] - 1
+                else:
+                    content_before += int(np.count_nonzero(~np.isin(raw, _WHITESPACE)))
+                    tail += len(data)
+                offset += len(data)
+        lines = newline_count + (1 if tail > 0 else 0)  # a last line without a newline
+        if tail > 0 and content_before == 0:
+            blank += 1
+        kept = starts[: max(1, -(-lines // stride))]
+        return cls(np.asarray(kept, dtype=np.int64), lines, lines - blank, stride)
+
+
+_WHITESPACE = np.frombuffer(b" \t\n\r\x0b\x0c", dtype=np.uint8)
+"""Bytes ``bytes.strip()`` removes."""
 
 
 class JsonSource(Source):
@@ -165,6 +261,14 @@ class JsonSource(Source):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._index = int(state["index"])
+
+    def extent(self) -> int:
+        return len(self._load())
+
+    def read_range(self, start: int, stop: int) -> Iterator[tuple[int, RawRecord | None]]:
+        items = self._load()
+        for i in range(start, stop):
+            yield i, self._decoded(f"item {i + 1}", items[i])
 
 
 class _TableSource(Source):
@@ -212,6 +316,20 @@ class _TableSource(Source):
     def close(self) -> None:
         self._iter = None
         self._buffer, self._buffer_start = [], 0
+        self._table = None
+
+    def _table_at(self, row: int) -> tuple[int, pa.Table]:  # pragma: no cover - abstract
+        """``(first_row, table)``: a table of consecutive rows holding ``row`` (kept until the next call)."""
+        raise NotImplementedError
+
+    def read_range(self, start: int, stop: int) -> Iterator[tuple[int, RawRecord | None]]:
+        row = start
+        while row < stop:
+            first, table = self._table_at(row)
+            piece = table.slice(row - first, min(stop, first + table.num_rows) - row)
+            for value in piece.to_pylist():
+                row += 1
+                yield row - 1, self._decoded(f"row {row}", value)
 
 
 class ParquetSource(_TableSource):
@@ -234,11 +352,47 @@ class ParquetSource(_TableSource):
                 return
             start += n
 
+    def _metadata(self):
+        if getattr(self, "_meta", None) is None:
+            try:
+                self._meta = pq.ParquetFile(self.path).metadata
+            except (pa.ArrowException, OSError) as exc:
+                raise DataError(f"{self.path}: cannot read parquet file: {exc}") from exc
+        return self._meta
+
+    def _group_rows(self) -> list[tuple[int, int]]:
+        meta, first, out = self._metadata(), 0, []
+        for group in range(meta.num_row_groups):
+            out.append((first, first + meta.row_group(group).num_rows))
+            first = out[-1][1]
+        return out
+
+    def extent(self) -> int:
+        return self._metadata().num_rows
+
+    def block_groups(self, block: int) -> list[list[tuple[int, int]]]:
+        return [[(s, min(s + block, stop)) for s in range(start, stop, block)] for start, stop in self._group_rows()
+                if stop > start]
+
+    def _table_at(self, row: int) -> tuple[int, pa.Table]:
+        cached = getattr(self, "_table", None)
+        if cached is not None and cached[0] <= row < cached[0] + cached[1].num_rows:
+            return cached
+        for group, (start, stop) in enumerate(self._group_rows()):
+            if start <= row < stop:
+                try:
+                    self._table = (start, pq.ParquetFile(self.path).read_row_group(group))
+                except (pa.ArrowException, OSError) as exc:
+                    raise DataError(f"{self.path}: cannot read parquet file: {exc}") from exc
+                return self._table
+        raise DataError(f"{self.path}: row {row + 1} is past the end of the file")
+
 
 class ArrowSource(_TableSource):
     """Arrow IPC file (memory-mapped, random access) or IPC stream (as written by HF ``datasets``)."""
 
     def _batches_from(self, row: int):
+        self._table = None  # a whole-file table maps the file being released
         self._release()
         try:
             source = self._mmap = pa.memory_map(str(self.path), "r")
@@ -258,6 +412,29 @@ class ArrowSource(_TableSource):
                     if first + offset + piece.num_rows > row:
                         yield first + offset, piece
             first += batch.num_rows
+
+    def _whole(self) -> pa.Table:
+        """The file as one table (memory-mapped: no copy, rows are materialised only when sliced)."""
+        if getattr(self, "_table", None) is None:
+            self._release()
+            try:
+                source = self._mmap = pa.memory_map(str(self.path), "r")
+                try:
+                    table = pa.ipc.open_file(source).read_all()
+                except pa.ArrowInvalid:
+                    source.seek(0)
+                    table = pa.ipc.open_stream(source).read_all()
+            except (pa.ArrowException, OSError) as exc:
+                raise DataError(f"{self.path}: cannot read arrow file: {exc}") from exc
+            self._table = (0, table)
+        return self._table[1]
+
+    def extent(self) -> int:
+        return self._whole().num_rows
+
+    def _table_at(self, row: int) -> tuple[int, pa.Table]:
+        self._whole()
+        return self._table
 
     def _release(self) -> None:
         if getattr(self, "_mmap", None) is not None:

@@ -1,9 +1,10 @@
-"""The data pipeline as one resumable stream: mixture -> shard -> process -> filter -> pack/batch -> collate.
+"""The data pipeline as one resumable stream: mixture -> shuffle -> shard -> process -> filter -> pack/batch -> collate.
 
 :class:`DataStream` is a plain iterator of collated batches whose ``state_dict()`` (taken between two
 ``next()`` calls) holds every source's read position, the mixture RNG, the records buffered in the
 packer / length grouper, the skip ledger and packing stats: ``load_state_dict`` on a fresh stream
-continues with exactly the batches the uninterrupted stream would have produced next. Buffered samples
+continues with exactly the batches the uninterrupted stream would have produced next (with ``shuffle``,
+the block order of each file and the shuffle buffer's records and RNG are part of it). Buffered samples
 are stored as their raw records and processed again on resume (processing is deterministic).
 
 Records are dealt to shards by their global draw index (``index % num_shards == shard_id``), so
@@ -30,6 +31,7 @@ from vlforge.data.mixture import Mixture
 from vlforge.data.packing import Binner, LengthGrouper, PackingStats, collate_packed, collate_padded
 from vlforge.data.processor import ProcessedSample, QwenVLProcessor
 from vlforge.data.schema import parse_conversation
+from vlforge.data.shuffle import ShuffleBuffer
 from vlforge.data.sources import RawRecord
 from vlforge.errors import DataError
 
@@ -77,7 +79,10 @@ class DataStream:
         self.config, self.processor = config, processor
         self.entries = resolve_entries(config, base_dir)
         self.shard_id, self.num_shards = shard_id, num_shards
-        self.mixture = Mixture(self.entries, seed=config.seed, epochs=config.epochs)
+        self.mixture: Any = Mixture(self.entries, seed=config.seed, epochs=config.epochs,
+                                    shuffle_block=config.shuffle_block if config.shuffle else None)
+        if config.shuffle:
+            self.mixture = ShuffleBuffer(self.mixture, size=config.shuffle_buffer, seed=config.seed)
         self.ledger = SkipLedger()
         self.stats = PackingStats()
         self.draws = 0

@@ -202,7 +202,7 @@ def _run(opts: ExtractOptions, ctx: DistContext, progress: bool, start: float, l
     plan: dict[str, Any] | None = None
     if ctx.rank == 0:
         try:
-            total = count_records(entries, seed=cfg.seed)
+            total = count_records(entries)
             header = _header(opts, loaded, processor, cfg, entries, total, extractor)
             resumed = mf.prepare(root, header, overwrite=opts.overwrite)
             stale = remove_stale(root)

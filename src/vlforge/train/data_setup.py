@@ -52,7 +52,8 @@ def data_config(cfg: TrainConfig, *, eval_set: bool = False) -> DataConfig:
         limit = packing.packing_length
     kwargs: dict[str, Any] = {
         "datasets": datasets, "on_error": data.on_error, "allow_path_escape": data.allow_path_escape,
-        "label_mode": data.label_mode,
+        "label_mode": data.label_mode, "shuffle": data.shuffle and not eval_set,
+        "shuffle_buffer": data.shuffle_buffer, "shuffle_block": data.shuffle_block,
         "seed": cfg.training.seed if data.seed is None else data.seed, "epochs": epochs, "packing": packing.packing,
         "packing_strategy": packing.packing_strategy, "filter_overlong": packing.filter_overlong,
         "max_length": limit, "batch_size": cfg.training.per_device_train_batch_size,

@@ -154,8 +154,8 @@ KEY_TABLE: tuple[KeyMap, ...] = (
     KeyMap("dataset_config.datasets", "data.datasets", "entries may add `weight` and `max_samples`"),
     KeyMap("dataset_config.dataset_path", "data.dataset_path"),
     KeyMap("dataset_config.shuffle", "data.shuffle",
-           "LMMS Engine shuffles all records with `data_seed`; vlforge reads them in file order (a warning says "
-           "so when true)"),
+           "LMMS Engine permutes all records in memory with `data_seed`; vlforge streams them in per-epoch permuted "
+           "blocks through a shuffle buffer (`data.shuffle_buffer`, `data.shuffle_block`)"),
     KeyMap("dataset_config.data_seed", "data.seed", "seed of the data order"),
     KeyMap("dataset_config.eval_dataset_path", "data.eval_dataset_path"),
     KeyMap("dataset_config.processor_config.processor_name", "processor.processor_name"),

@@ -76,8 +76,13 @@ class DataConfig(Section):
     streaming: bool = False
     """Read the data as a stream (iterable dataset, length unknown): ``training.max_steps`` is required."""
     shuffle: bool = False
-    """Accepted for LMMS compatibility; has no effect: records are read in file order and only the draws
-    between mixture entries are seeded by ``data.seed`` (no shuffle buffer; ``true`` logs a warning)."""
+    """Shuffle the records: each file is read in blocks of ``shuffle_block`` lines/rows in an order permuted
+    anew every epoch, through a buffer of ``shuffle_buffer`` records, seeded by ``data.seed``; the order is
+    part of the resumable state (LMMS Engine's ``shuffle``, which permutes the whole dataset in memory)."""
+    shuffle_buffer: int = Field(default=1000, ge=1)
+    """Records held by the shuffle buffer (``shuffle: true``); each sample is drawn at random from them."""
+    shuffle_block: int = Field(default=64, ge=1)
+    """Consecutive lines/rows read together when shuffling (smaller: better mixed, more seeks)."""
     on_error: Literal["raise", "skip"] = "raise"
     """A sample that cannot be used stops training (``raise``) or is skipped, counted and reported (``skip``)."""
     max_skip_fraction: float = Field(default=0.1, ge=0.0, le=1.0)
@@ -512,9 +517,9 @@ def _inert_warnings(cfg: TrainConfig) -> list[str]:
     for sink, module in (("wandb", "wandb"), ("tensorboard", "tensorboard")):
         if sink in cfg.logging.report_to and not _importable(module):
             notes.append(f"logging.report_to: {sink!r} has no effect: {module} is not installed here")
-    if cfg.data.shuffle:
-        notes.append("data.shuffle: true has no effect: records are read in file order; only the draws between "
-                     "mixture entries are seeded by data.seed (no shuffle buffer)")
+    for key in ("shuffle_buffer", "shuffle_block"):
+        if key in cfg.data.model_fields_set and not cfg.data.shuffle:
+            notes.append(f"data.{key} has no effect: data.shuffle is false")
     if "use_rmpad" in cfg.model_fields_set and cfg.use_rmpad != cfg.packing.packing:
         notes.append(f"use_rmpad: {str(cfg.use_rmpad).lower()} has no effect: vlforge removes padding exactly "
                      f"when packing.packing is true (here {str(cfg.packing.packing).lower()})")

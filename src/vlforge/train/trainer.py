@@ -95,23 +95,43 @@ def micro_batches(cfg: TrainConfig) -> int:
     return cfg.training.gradient_accumulation_steps * per_micro
 
 
-def count_steps(cfg: TrainConfig, data_cfg: Any, processor: Any, ctx: DistContext, base_dir: str) -> int:
-    """Optimiser steps of ``num_train_epochs``: a counting pass over this rank's real stream; min over ranks.
+EXACT_COUNT_RECORDS = 256
+"""Up to this many records (over all epochs) the schedule comes from a real counting pass: as cheap as sampling."""
 
-    The pass reads all ``ceil(num_train_epochs)`` epochs as training will (the packer is flushed only
-    at the very end, not per epoch), with one stream per DataLoader worker when there are workers (each
-    packs its own share), so the count equals the steps the data can feed; a fractional
-    epoch count takes that share of them.
+
+def count_steps(cfg: TrainConfig, data_cfg: Any, processor: Any, ctx: DistContext, base_dir: str) -> int:
+    """Optimiser steps of ``num_train_epochs``, the same on every rank (min over ranks).
+
+    Record counts come from file metadata; a small dataset is counted exactly by one pass over this rank's
+    real stream, a larger one is estimated from the counts and the lengths of a fixed sample of records
+    (:mod:`vlforge.data.estimate`): start-up does not grow with the dataset. With DataLoader workers each
+    worker packs (and flushes) its own share, and the count follows that. A fractional epoch count takes
+    that share of the steps.
     """
-    logger.info("schedule: counting batches with one pass over the data (set training.max_steps to skip it)")
-    workers = cfg.dataloader_num_workers
-    batches, skipped = 0, Counter()
-    for role in range(max(workers, 1)):  # with DataLoader workers each one packs (and flushes) its own share
-        stream = open_stream(data_cfg, processor, rank=ctx.data_rank * max(workers, 1) + role,
-                             world_size=ctx.data_world * max(workers, 1), base_dir=base_dir)
-        batches += sum(1 for _ in stream)
-        skipped.update(stream.report()["skipped"])
-        stream.close()
+    from vlforge.data.config import resolve_entries
+    from vlforge.data.estimate import estimate_batches, record_counts
+
+    workers = max(cfg.dataloader_num_workers, 1)
+    shards = [ctx.data_rank * workers + role for role in range(workers)]
+    num_shards = ctx.data_world * workers
+    records = sum(record_counts(resolve_entries(data_cfg, base_dir)))
+    skipped: Counter = Counter()
+    if records * data_cfg.epochs <= EXACT_COUNT_RECORDS:
+        logger.info("schedule: counting the batches of %d record(s) (set training.max_steps to skip it)", records)
+        batches = 0
+        for shard in shards:  # with DataLoader workers each one packs (and flushes) its own share
+            stream = open_stream(data_cfg, processor, rank=shard, world_size=num_shards, base_dir=base_dir)
+            batches += sum(1 for _ in stream)
+            skipped.update(stream.report()["skipped"])
+            stream.close()
+        how = "counted"
+    else:
+        logger.info("schedule: estimating the batches of %d records from a sample of their lengths", records)
+        est = estimate_batches(data_cfg, processor, base_dir=base_dir, shards=shards, num_shards=num_shards)
+        batches = sum(est.batches)
+        skipped.update(est.skipped)
+        how = (f"estimated from {records} records and {est.sampled} sampled lengths "
+               f"({'cached' if est.cached else 'measured'}, {est.admitted_fraction:.0%} usable)")
     if ctx.all_reduce_min(batches) == 0:  # every rank stops together
         counts = ", ".join(f"{k}={v}" for k, v in sorted(skipped.items())) or "none"
         where = f"rank {ctx.rank} has {batches} batch(es)" if ctx.distributed else "no usable sample"
@@ -124,7 +144,7 @@ def count_steps(cfg: TrainConfig, data_cfg: Any, processor: Any, ctx: DistContex
     if total < 1:
         raise ConfigError(f"data: {passes} epoch(s) give {batches} batch(es) on rank {ctx.rank}, fewer than the "
                           f"{micro_batches(cfg)} one optimiser step needs; lower gradient_accumulation_steps")
-    logger.info("schedule: %d optimiser steps (%g epoch(s))", total, epochs)
+    logger.info("schedule: %d optimiser steps (%g epoch(s)), %s", total, epochs, how)
     return total
 
 
