@@ -120,9 +120,10 @@ def test_resume_state_is_checked_against_the_shard(make_processor, tmp_path):
         DataStream(cfg, make_processor(), base_dir=tmp_path).load_state_dict(state)
 
 
-def test_dataloader_workers_and_ranks_shard_and_resume_exactly(make_processor, tmp_path):
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_dataloader_workers_and_ranks_shard_and_resume_exactly(make_processor, tmp_path, shuffle):
     cfg = DataConfig(datasets=_dataset(tmp_path, n_a=20, n_b=10), packing=True, packing_length=120,
-                     packing_open_bins=2)
+                     packing_open_bins=2, shuffle=shuffle, shuffle_buffer=8, shuffle_block=3)
     proc = make_processor()
 
     def run(rank, stop=None, state=None):
