@@ -46,6 +46,7 @@ from typing import Any, BinaryIO, Literal
 
 import av
 import numpy as np
+from av.video.reformatter import VideoReformatter
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ class DecodedVideo:
     total_frames: int
     method: str = "sequential"
     """``seek`` or ``sequential``: how the frames were reached."""
+    frames_decoded: int = 0
+    """Frames the decoder produced to get them (the cost; a sequential read decodes up to the last one)."""
 
     @property
     def sample_fps(self) -> float:
@@ -105,6 +108,12 @@ def _video_stream(container: Any) -> Any:
     if not container.streams.video:
         raise av.error.InvalidDataError(0, "no video stream")
     return container.streams.video[0]
+
+
+def _rgb(frame: Any, reformatter: VideoReformatter) -> np.ndarray:
+    """HWC uint8 RGB; one reformatter per read keeps its scaler (``frame.to_ndarray`` builds one per frame,
+    about 1 ms each, with identical output)."""
+    return reformatter.reformat(frame, format="rgb24").to_ndarray()
 
 
 def _rate(stream: Any) -> float:
@@ -153,6 +162,8 @@ class _Cursor:
         self.frames = container.decode(stream)
         self.position = -1  # presentation index of the last decoded frame
         self.anchored = True  # decoding from the start: every frame counts
+        self.decoded = 0
+        self.reformatter = VideoReformatter()
 
     def seek(self, keyframe: int) -> None:
         self.container.seek(int(self.index.pts[keyframe]), stream=self.stream, backward=True, any_frame=False)
@@ -162,6 +173,7 @@ class _Cursor:
     def frame_at(self, target: int) -> np.ndarray | None:
         """Decode forward to ``target``; None when the decoder passes it or the stream ends."""
         for frame in self.frames:
+            self.decoded += 1
             position = self.position_of.get(frame.pts) if frame.pts is not None else None
             if position is None:
                 raise _Fallback(f"decoded frame pts {frame.pts} is not in the packet index")
@@ -171,13 +183,14 @@ class _Cursor:
                 self.anchored = True
             self.position = position
             if position == target:
-                return frame.to_ndarray(format="rgb24")
+                return _rgb(frame, self.reformatter)
             if position > target:
                 return None
         return None
 
 
-def _seek_decode(source: Source, index: FrameIndex, wanted: list[int], near: int) -> dict[int, np.ndarray]:
+def _seek_decode(source: Source, index: FrameIndex, wanted: list[int], near: int
+                 ) -> tuple[dict[int, np.ndarray], int]:
     kept: dict[int, np.ndarray] = {}
     keyframes = index.keyframes
     with _open(source) as container:
@@ -198,7 +211,7 @@ def _seek_decode(source: Source, index: FrameIndex, wanted: list[int], near: int
                 cursor.seek(keyframes[at])
                 seeked = True
             kept[target] = frame
-    return kept
+    return kept, cursor.decoded
 
 
 def _sequential(source: Source, wanted: set[int]) -> tuple[dict[int, np.ndarray], int]:
@@ -208,9 +221,10 @@ def _sequential(source: Source, wanted: set[int]) -> tuple[dict[int, np.ndarray]
         stream.thread_type = "AUTO"
         kept: dict[int, np.ndarray] = {}
         count = 0
+        reformatter = VideoReformatter()
         for frame in container.decode(stream):
             if count in wanted:
-                kept[count] = frame.to_ndarray(format="rgb24")
+                kept[count] = _rgb(frame, reformatter)
             count += 1
             if len(kept) == len(wanted):
                 break
@@ -232,8 +246,8 @@ def read_video(source: Source, pick: Pick, *, method: Method = "auto", near: int
     indices = list(pick(total, rate))
     if index is not None and max(indices) < len(index.pts):
         try:
-            kept = _seek_decode(source, index, sorted(set(indices)), near)
-            return DecodedVideo([kept[i] for i in indices], indices, rate, total, "seek")
+            kept, decoded = _seek_decode(source, index, sorted(set(indices)), near)
+            return DecodedVideo([kept[i] for i in indices], indices, rate, total, "seek", decoded)
         except _Fallback as exc:
             why = str(exc)
         except av.error.FFmpegError as exc:
@@ -244,10 +258,12 @@ def read_video(source: Source, pick: Pick, *, method: Method = "auto", near: int
         raise ValueError(f"cannot seek in {label}: {why}")
     if method == "auto":
         logger.debug("%s: sequential decode (%s)", label, why)
+    decoded = 0
     for attempt in range(2):
         if attempt:
             indices = list(pick(total, rate))
         kept, count = _sequential(source, set(indices))
+        decoded += count
         if len(kept) == len(set(indices)):
             break
         logger.debug("%s: frame count %d in metadata, %d decoded; resampling", label, total, count)
@@ -256,4 +272,4 @@ def read_video(source: Source, pick: Pick, *, method: Method = "auto", near: int
             raise ValueError("video has no decodable frames")
     else:
         raise ValueError(f"frames {sorted(set(indices) - set(kept))} could not be decoded")
-    return DecodedVideo([kept[i] for i in indices], indices, rate, total, "sequential")
+    return DecodedVideo([kept[i] for i in indices], indices, rate, total, "sequential", decoded)
