@@ -85,6 +85,8 @@ def test_guide_inert_keys_warn_once_each(name: str, caplog: pytest.LogCaptureFix
     cfg = resolved.config
     if "use_rmpad" in cfg.model_fields_set and cfg.use_rmpad != cfg.packing.packing:
         expected.add("use_rmpad")  # the guide's use_rmpad: true with packing off does nothing in vlforge
+    if cfg.packing.group_by_length and cfg.packing.packing:
+        expected.add("packing.group_by_length")  # the Qwen2.5-VL guide sets both
     assert sorted(keys) == sorted(expected)
     logged = [record.getMessage() for record in caplog.records if record.levelno == logging.WARNING]
     assert len(logged) == len(resolved.warnings)

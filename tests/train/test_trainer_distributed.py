@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -124,5 +125,33 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path, model_pat
     assert "resumed from" in resumed.stderr
     final_ref, final_resumed = exported_weights(tmp_path / "ref" / "final"), exported_weights(out / "final")
     assert final_ref.keys() == final_resumed.keys()
+    assert all(torch.equal(final_ref[k], final_resumed[k]) for k in final_ref)
+    assert _losses(out)[-1] == _losses(tmp_path / "ref")[-1]
+
+
+def test_sigkill_of_two_shuffled_ranks_then_resume_matches_uninterrupted(tmp_path, model_path):
+    """Two processes, shuffled packed data: killed after checkpoint-2 of 4, resumed, the same weights as one go."""
+    cfg = tiny_config(tmp_path / "ref", model_path, packing={"packing": True, "packing_length": 160},
+                      training={"max_steps": 4}, checkpointing={"save_steps": 2, "resume": "auto"},
+                      data={"shuffle": True, "shuffle_buffer": 4, "shuffle_block": 2, "seed": 7})
+    config = write_config(tmp_path / "run.yaml", cfg)
+    run_training(config, 2)
+
+    out = tmp_path / "killed"
+    override = f"checkpointing.output_dir={out}"
+    proc = subprocess.Popen(train_command(config, 2, override), env=train_env(), cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while not (out / "checkpoint-2").exists():
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks
+    proc.wait()
+    assert not (out / "final").exists() and not (out / "checkpoint-4").exists()
+
+    resumed = run_training(config, 2, override)
+    assert "resumed from" in resumed.stderr
+    final_ref, final_resumed = exported_weights(tmp_path / "ref" / "final"), exported_weights(out / "final")
     assert all(torch.equal(final_ref[k], final_resumed[k]) for k in final_ref)
     assert _losses(out)[-1] == _losses(tmp_path / "ref")[-1]

@@ -138,6 +138,16 @@ def _minimal(**sections) -> TrainConfig:
     return TrainConfig.model_validate(raw)
 
 
+def test_group_by_length_is_honoured_without_packing_and_warned_with_it():
+    padded = _minimal(packing={"group_by_length": True})
+    assert not [w for w in padded.inert_warnings() if "group_by_length" in w]
+    from vlforge.train.data_setup import data_config
+
+    assert data_config(padded).group_by_length is True
+    packed = _minimal(packing={"group_by_length": True, "packing": True, "packing_length": 512})
+    assert [w for w in packed.inert_warnings() if w.startswith("packing.group_by_length: true has no effect")]
+
+
 def test_shuffle_is_off_by_default_and_its_sizes_warn_only_without_it():
     assert _minimal().data.shuffle is False
     assert not [w for w in _minimal(data={"shuffle": True}).inert_warnings() if "shuffle" in w]

@@ -155,7 +155,8 @@ class PackingConfig(Section):
     filter_overlong: bool = False
     """Drop (and count) samples over the length limit instead of failing on them (never truncated)."""
     group_by_length: bool = False
-    """Batch samples of similar length together to reduce padding."""
+    """Padded batches of similar length: windows of 64 samples (shuffled ones with ``data.shuffle``) sorted by
+    length, then cut into batches. No effect with ``packing`` (a warning says so)."""
 
     @model_validator(mode="after")
     def _length_needed(self) -> PackingConfig:
@@ -517,6 +518,9 @@ def _inert_warnings(cfg: TrainConfig) -> list[str]:
     for sink, module in (("wandb", "wandb"), ("tensorboard", "tensorboard")):
         if sink in cfg.logging.report_to and not _importable(module):
             notes.append(f"logging.report_to: {sink!r} has no effect: {module} is not installed here")
+    if cfg.packing.group_by_length and cfg.packing.packing:
+        notes.append("packing.group_by_length: true has no effect with packing; the packer fills each row from the "
+                     "samples it holds (packing_strategy), group_by_length groups padded batches only")
     for key in ("shuffle_buffer", "shuffle_block"):
         if key in cfg.data.model_fields_set and not cfg.data.shuffle:
             notes.append(f"data.{key} has no effect: data.shuffle is false")
