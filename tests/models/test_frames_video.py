@@ -8,7 +8,8 @@ from PIL import Image
 from transformers import Qwen2VLImageProcessorPil
 from transformers.video_utils import VideoMetadata
 
-from vlforge.models.frames_video import FramesVideoProcessor, resize_target
+from vlforge.media.resize import smart_resize
+from vlforge.models.frames_video import FramesVideoProcessor
 
 
 def _frames(count: int, height: int = 50, width: int = 70, seed: int = 0) -> np.ndarray:
@@ -37,9 +38,9 @@ def test_odd_frame_counts_repeat_the_last_frame():
 
 
 def test_video_rule_spends_the_pixel_budget_over_all_frames():
-    per_frame = resize_target(480, 640, factor=32, min_pixels=4096, max_pixels=640 * 480)
+    per_frame = smart_resize(480, 640, factor=32, min_pixels=4096, max_pixels=640 * 480)
     assert per_frame == (480, 640)
-    h, w = resize_target(480, 640, factor=32, min_pixels=4096, max_pixels=640 * 480, num_frames=8)
+    h, w = smart_resize(480, 640, factor=32, min_pixels=4096, max_pixels=640 * 480, rule="video", num_frames=8)
     assert h % 32 == 0 and w % 32 == 0 and 8 * h * w <= 640 * 480
     assert abs(w / h - 640 / 480) < 0.2
     small = FramesVideoProcessor(patch_size=16, resize_rule="video", size={"shortest_edge": 0, "longest_edge": 8 * 64 * 64})
@@ -74,3 +75,20 @@ def test_settings_round_trip_through_to_dict():
     assert again.to_dict() == settings
     with pytest.raises(ValueError, match="resize_rule"):
         FramesVideoProcessor(resize_rule="nearest")
+
+
+@pytest.mark.parametrize("count", [2, 3, 5, 8])
+@pytest.mark.parametrize("hw", [(20, 300), (50, 70), (480, 640)])
+def test_grids_equal_transformers_resize_functions(count, hw):
+    """The stand-ins size frames exactly as transformers' own functions (odd counts and tiny sides too)."""
+    from transformers.models.glm4v.image_processing_pil_glm4v import smart_resize as glm_video_rule
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize as qwen2_rule
+
+    size = {"shortest_edge": 3136, "longest_edge": 4 * 64 * 64}
+    frames = _frames(count, *hw)
+    per_frame = FramesVideoProcessor(patch_size=14, size=size)(frames, return_tensors="np")["video_grid_thw"][0]
+    h, w = qwen2_rule(*hw, factor=28, min_pixels=3136, max_pixels=4 * 64 * 64)
+    assert per_frame.tolist()[1:] == [h // 14, w // 14]
+    video = FramesVideoProcessor(patch_size=14, resize_rule="video", size=size)(frames, return_tensors="np")
+    h, w = glm_video_rule(count, *hw, temporal_factor=2, factor=28, min_pixels=3136, max_pixels=4 * 64 * 64)
+    assert video["video_grid_thw"][0].tolist()[1:] == [h // 14, w // 14]

@@ -19,9 +19,10 @@ import torch
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers.image_utils import SizeDict
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil, smart_resize
+from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from vlforge.errors import ConfigError
+from vlforge.media.resize import frame_max_pixels, smart_resize
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -149,15 +150,13 @@ def process_images(images: list[Image.Image], settings: VisionSettings) -> dict[
 def video_frame_size(height: int, width: int, num_frames: int, settings: VisionSettings) -> tuple[int, int]:
     """Resized (height, width) of every frame of a video with ``num_frames`` sampled frames.
 
-    Qwen's smart-resize per frame: sides multiple of ``patch_size * merge_size``, area within
-    ``[video_min_pixels, per-frame max]`` where the max is ``video_max_pixels``, lowered to
-    ``video_total_pixels * temporal_patch_size / num_frames`` when a total budget is set (never below
-    ``1.05 * video_min_pixels``), as qwen-vl-utils does.
+    Per frame (LMMS Engine / qwen-vl-utils): :func:`vlforge.media.resize.smart_resize` rule ``image``
+    (transformers' Qwen2-VL rounding) with the area within ``[video_min_pixels, per-frame max]``, the max
+    being ``video_max_pixels`` lowered by :func:`~vlforge.media.resize.frame_max_pixels` when
+    ``video_total_pixels`` is set.
     """
-    max_pixels = settings.video_max_pixels
-    if settings.video_total_pixels is not None:
-        share = settings.video_total_pixels / num_frames * settings.temporal_patch_size
-        max_pixels = max(min(max_pixels, int(share)), int(settings.video_min_pixels * 1.05))
+    max_pixels = frame_max_pixels(settings.video_max_pixels, settings.video_min_pixels, settings.video_total_pixels,
+                                  num_frames, settings.temporal_patch_size)
     return smart_resize(height, width, factor=settings.factor, min_pixels=settings.video_min_pixels,
                         max_pixels=max_pixels)
 

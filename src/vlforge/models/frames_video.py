@@ -6,10 +6,11 @@ resize and patch rules with numpy and Pillow. It does not open files and does no
 the frames it receives are the frames the model sees (their count is padded up to a multiple of
 ``temporal_patch_size`` by repeating the last frame).
 
-Two resize rules exist:
-- ``"per_frame"`` (Qwen2-VL, Qwen2.5-VL): each frame is resized so its pixel count lies in
+Two resize rules exist (both :func:`vlforge.media.resize.smart_resize`, as transformers computes them):
+- ``"per_frame"`` (Qwen2-VL, Qwen2.5-VL): rule ``image``: each frame is resized so its pixel count lies in
   ``[size.shortest_edge, size.longest_edge]`` with sides divisible by ``patch_size * merge_size``.
-- ``"video"`` (Qwen3-VL, GLM-4V): the same, but the pixel bounds apply to ``frames * height * width``.
+- ``"video"`` (Qwen3-VL, GLM-4V): rule ``video``: the pixel bounds apply to ``frames * height * width``
+  (a clip shorter than ``temporal_patch_size`` counts as that many frames; transformers refuses it).
 
 Files name only stock classes: the per-family subclasses save themselves under the torchvision class
 they stand in for (``Qwen2VLVideoProcessor``, ``Qwen3VLVideoProcessor``, ``Glm4vVideoProcessor``) with only
@@ -39,6 +40,8 @@ from transformers.processing_utils import VideosKwargs
 from transformers.video_processing_utils import VideoProcessorMixin
 from transformers.video_utils import VideoMetadata
 
+from vlforge.media.resize import smart_resize
+
 _CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 _CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
@@ -52,38 +55,6 @@ class FramesVideoKwargs(VideosKwargs, total=False):
     resize_rule: str
     min_frames: int
     max_frames: int
-
-
-def resize_target(
-    height: int,
-    width: int,
-    *,
-    factor: int,
-    min_pixels: int,
-    max_pixels: int,
-    num_frames: int = 1,
-) -> tuple[int, int]:
-    """Height and width (multiples of ``factor``) keeping the aspect ratio, with
-    ``num_frames * h * w`` inside ``[min_pixels, max_pixels]``.
-
-    >>> resize_target(100, 200, factor=32, min_pixels=32 * 32, max_pixels=64 * 128)
-    (64, 128)
-    """
-    if min(height, width) <= 0:
-        raise ValueError(f"frame size must be positive, got {height}x{width}")
-    if max(height, width) / min(height, width) > 200:
-        raise ValueError(f"aspect ratio must be below 200, got {height}x{width}")
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if num_frames * h_bar * w_bar > max_pixels:
-        scale = math.sqrt(num_frames * height * width / max_pixels)
-        h_bar = max(factor, math.floor(height / scale / factor) * factor)
-        w_bar = max(factor, math.floor(width / scale / factor) * factor)
-    elif num_frames * h_bar * w_bar < min_pixels:
-        scale = math.sqrt(min_pixels / (num_frames * height * width))
-        h_bar = math.ceil(height * scale / factor) * factor
-        w_bar = math.ceil(width * scale / factor) * factor
-    return h_bar, w_bar
 
 
 def _frames_of(video: Any) -> list[np.ndarray]:
@@ -215,14 +186,16 @@ class FramesVideoProcessor(VideoProcessorMixin):
         self, num_frames: int, height: int, width: int, factor: int, tps: int, size: Any = None
     ) -> tuple[int, int]:
         size = dict(self.size if size is None else size)
-        frames = math.ceil(num_frames / tps) * tps if self.resize_rule == "video" else 1
-        return resize_target(
+        video = self.resize_rule == "video"
+        return smart_resize(
             height,
             width,
             factor=factor,
             min_pixels=size["shortest_edge"],
             max_pixels=size["longest_edge"],
-            num_frames=frames,
+            rule="video" if video else "image",
+            num_frames=max(num_frames, tps) if video else 1,
+            temporal_factor=tps,
         )
 
     def _options(self, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -1,14 +1,16 @@
 """Model inputs for profiling and verification: synthetic frames, image files or a video file.
 
-- ``synthetic="8x720x1280"``: eight random RGB frames (fixed seed), resized with Qwen's smart-resize
-  rule (sides rounded to ``patch_size * merge_size``, pixel count clamped to the image processor's
-  ``shortest_edge``/``longest_edge``), rescaled and normalised with the processor's own mean/std, then
+- ``synthetic="8x720x1280"``: eight random RGB frames (fixed seed), resized with the image processor's
+  smart-resize rule (:func:`vlforge.media.resize.smart_resize`: sides rounded to ``patch_size * merge_size``,
+  pixel count clamped to the image processor's ``shortest_edge``/``longest_edge``; GLM-4V's bound covers
+  ``temporal_patch_size`` frames), rescaled and normalised with the processor's own mean/std, then
   cut into ``temporal_patch_size x patch_size x patch_size`` patches in the processor's merge order.
   The clip is fed to the model as one image with ``grid_t = frames / temporal_patch_size`` (the
   vision tower sees exactly what a video of those frames gives it; only the text-side M-RoPE
   positions differ from the video path, which needs timestamps this harness does not invent).
 - ``images=[...]``: the processor's own image path (``processor(text=..., images=...)``).
-- ``video=FILE``: frames decoded with PyAV, ``video_frames`` sampled uniformly, then as synthetic.
+- ``video=FILE``: ``video_frames`` frames sampled uniformly and decoded by seeking (the data pipeline's
+  reader, :mod:`vlforge.media.decode`; only those frames are held), then as synthetic.
 
 ``InputSpec.build(batch_size)`` is the "processor" step that the profiler times; it returns CPU
 tensors (``input_ids``, ``attention_mask``, ``mm_token_type_ids``, ``pixel_values``,
@@ -24,7 +26,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ import torch
 from PIL import Image
 
 from vlforge.errors import DataError, VlforgeError
+from vlforge.media.resize import smart_resize
 from vlforge.models.input_checks import (  # noqa: F401  (their home before; kept importable from here)
     InputSource,
     check_image_file,
@@ -71,23 +73,9 @@ class VisionRules:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     rescale: float
-
-
-def smart_resize(height: int, width: int, *, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
-    """Qwen's resize rule: both sides multiples of ``factor``, area within [min_pixels, max_pixels]."""
-    if max(height, width) / min(height, width) > 200:
-        raise VlforgeError(f"frame {height}x{width}: aspect ratio above 200 is not supported by the processor rules")
-    new_h = max(factor, round(height / factor) * factor)
-    new_w = max(factor, round(width / factor) * factor)
-    if new_h * new_w > max_pixels:
-        scale = math.sqrt(height * width / max_pixels)
-        new_h = max(factor, math.floor(height / scale / factor) * factor)
-        new_w = max(factor, math.floor(width / scale / factor) * factor)
-    elif new_h * new_w < min_pixels:
-        scale = math.sqrt(min_pixels / (height * width))
-        new_h = math.ceil(height * scale / factor) * factor
-        new_w = math.ceil(width * scale / factor) * factor
-    return new_h, new_w
+    resize_rule: str = "image"
+    """:func:`vlforge.media.resize.smart_resize` rule of the image processor: ``video`` for GLM-4V's (its
+    bounds cover ``temporal_patch_size`` frames), ``image`` for the Qwen-VL ones."""
 
 
 def _get(obj: Any, key: str) -> Any:
@@ -111,6 +99,7 @@ def vision_rules(model: torch.nn.Module, processor: Any | None) -> VisionRules:
         mean=tuple(_get(image_processor, "image_mean") or _CLIP_MEAN),
         std=tuple(_get(image_processor, "image_std") or _CLIP_STD),
         rescale=float(_get(image_processor, "rescale_factor") or 1 / 255),
+        resize_rule="video" if type(image_processor).__name__.startswith("Glm4v") else "image",
     )
 
 
@@ -118,8 +107,12 @@ def frames_to_patches(frames: Sequence[np.ndarray], rules: VisionRules) -> tuple
     """RGB uint8 frames (H, W, 3) -> ``pixel_values`` (N, C*T*P*P) and ``grid_thw`` [t, h, w]."""
     height, width = frames[0].shape[:2]
     p, m, tp = rules.patch_size, rules.merge_size, rules.temporal_patch_size
-    new_h, new_w = smart_resize(height, width, factor=p * m, min_pixels=rules.min_pixels,
-                                max_pixels=rules.max_pixels)
+    try:
+        new_h, new_w = smart_resize(height, width, factor=p * m, min_pixels=rules.min_pixels,
+                                    max_pixels=rules.max_pixels, rule=rules.resize_rule, num_frames=tp,
+                                    temporal_factor=tp)
+    except ValueError as error:
+        raise VlforgeError(f"frame {height}x{width}: {error}") from None
     mean = np.asarray(rules.mean, dtype=np.float32)[:, None, None]
     std = np.asarray(rules.std, dtype=np.float32)[:, None, None]
     stack = []
@@ -188,20 +181,20 @@ def synthetic_spec(loaded: Any, synthetic: str, *, seed: int = 0) -> InputSpec:
 
 
 def decode_video(path: Path, frames: int) -> list[np.ndarray]:
-    """``frames`` RGB frames sampled uniformly over the whole video, decoded with PyAV."""
-    import av
+    """``frames`` RGB frames sampled uniformly over the whole video; only those are decoded and kept
+    (:func:`vlforge.media.decode.read_video`, the data pipeline's seeking reader)."""
+    from vlforge.media.decode import DECODE_ERRORS, read_video
 
     if not path.is_file():
         raise DataError(f"{path}: video file not found")
+
+    def pick(total: int, rate: float) -> list[int]:
+        return np.linspace(0, total - 1, num=min(frames, total)).round().astype(int).tolist()
+
     try:
-        with av.open(str(path)) as container:
-            decoded = [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
-    except (av.error.FFmpegError, IndexError) as error:
+        return read_video(path, pick, label=str(path)).frames
+    except DECODE_ERRORS as error:
         raise DataError(f"{path}: cannot decode video: {error}") from error
-    if not decoded:
-        raise DataError(f"{path}: no video frames")
-    picks = np.linspace(0, len(decoded) - 1, num=min(frames, len(decoded))).round().astype(int)
-    return [decoded[i] for i in picks]
 
 
 def video_spec(loaded: Any, path: Path, *, frames: int = 8) -> InputSpec:
