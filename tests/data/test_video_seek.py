@@ -1,6 +1,7 @@
 """Seeking decode == sequential decode, frame by frame, on generated videos (GOP, fps, VFR, containers, codecs).
 
-Every frame carries its own index as a 16-bit pattern of black/white blocks, so a test also checks the
+The seek path also drops non-reference frames it does not need (``skip_frame = "NONREF"``); the same
+comparisons cover it. Every frame carries its own index as a 16-bit pattern of black/white blocks, so a test also checks the
 frames are the right ones, not only that both paths agree.
 """
 
@@ -18,6 +19,7 @@ from vlforge.data import VisionSettings
 from vlforge.data.errors import SampleError
 from vlforge.data.media import Media
 from vlforge.data.video import decode_video, sample_frame_indices
+from vlforge.media import decode
 from vlforge.media.decode import read_video
 
 W, H = 64, 48
@@ -134,6 +136,36 @@ def test_seeking_decodes_fewer_frames_than_the_clip(tmp_path):
     assert [_index_of(f) for f in video.frames] == [5, 150, 299]
     assert video.frames_decoded <= 3 * (10 + 4), video.frames_decoded  # a GOP (+ B-frame delay) per frame
     assert read_video(path, lambda total, rate: [5, 150, 299], method="sequential").frames_decoded == 300
+
+
+@pytest.mark.parametrize(("codec", "ext"), [("libx264", "mp4"), ("libx264", "ts"), ("mpeg4", "mkv")])
+def test_skipping_non_reference_frames_decodes_fewer_with_the_same_frames(tmp_path, codec, ext):
+    """B-frames nothing refers to are dropped on the way to a wanted frame; wanted B-frames are kept."""
+    path = _write(tmp_path / f"v.{ext}", codec=codec, rate=25, gop=250, frames=150)
+    every = _every_frame(path)
+    wanted = [1, 2, 3, 40, 41, 77, 100, 149]  # next to the keyframe: B-frames among them
+    skip = read_video(path, lambda total, rate: wanted, method="seek")
+    full = read_video(path, lambda total, rate: wanted, method="seek", skip_nonref=False)
+    assert skip.frames_decoded < full.frames_decoded * 0.8, (skip.frames_decoded, full.frames_decoded)
+    for i, a, b in zip(wanted, skip.frames, full.frames, strict=True):
+        assert np.array_equal(a, b) and np.array_equal(a, every[i]) and _index_of(a) == i
+
+
+def test_a_wanted_frame_dropped_by_skipping_turns_skipping_off(tmp_path, monkeypatch):
+    """If the decoder drops a wanted frame anyway, the seek is retried without skipping: same frames."""
+    path = _write(tmp_path / "v.mp4", codec="libx264", rate=25, gop=30, frames=150)
+    every = _every_frame(path)
+    blind = decode._Cursor
+
+    class Blind(blind):  # forgets which packets are wanted: wanted B-frames get dropped too
+        def __init__(self, container, stream, index, wanted_pts, skip):
+            super().__init__(container, stream, index, set(), skip)
+
+    monkeypatch.setattr(decode, "_Cursor", Blind)
+    wanted = list(range(0, 150, 7))
+    video = read_video(path, lambda total, rate: wanted, method="seek")
+    assert [_index_of(f) for f in video.frames] == wanted
+    assert all(np.array_equal(f, every[i]) for i, f in zip(wanted, video.frames, strict=True))
 
 
 def test_sequential_fallback_without_pts_is_logged(tmp_path, caplog):

@@ -10,7 +10,11 @@ for those indices, without decoding the whole clip:
 2. For each wanted index (ascending), if a keyframe lies between the decoder's position and the target
    (and the target is more than ``near`` frames ahead), seek to that keyframe
    (``container.seek(pts, stream=..., backward=True, any_frame=False)``), else decode forward. Frames are
-   recognised by pts; after a seek only frames from the first decoded keyframe on count.
+   recognised by pts; after a seek only frames from the first decoded keyframe on count. Packets are
+   sent one by one: a packet whose pts is not wanted is decoded with ``skip_frame = "NONREF"``, so the
+   decoder drops its frame when no other frame references it (H.264 non-reference B-frames, MPEG-4
+   B-frames); a wanted packet uses ``DEFAULT``. Later frames are unchanged, as dropped frames are
+   never predicted from. A wanted frame that still does not come out turns skipping off for the read.
 3. The sequential read (today's path: decode from the start up to the last wanted frame) is used when
    the stream has no usable index (a packet without pts, duplicate pts, no packets), when the frame
    count in the metadata exceeds the packets (the sampler is re-run on the decoded count), or when a
@@ -154,49 +158,74 @@ def _probe(source: Source, want_index: bool) -> tuple[int, float, FrameIndex | N
 
 
 class _Cursor:
-    """A decoder position in one open container; frames are identified by pts."""
+    """A decoder position in one open container; frames are identified by pts.
 
-    def __init__(self, container: Any, stream: Any, index: FrameIndex) -> None:
+    With ``skip``, packets are sent one by one and every packet whose frame is not wanted is decoded with
+    ``skip_frame = "NONREF"``: the decoder drops it only if no other frame references it (H.264
+    ``nal_ref_idc == 0``, MPEG-4 B-frames, VP9 frames that refresh no reference), so every later frame is
+    unchanged; wanted packets use ``DEFAULT``.
+    """
+
+    def __init__(self, container: Any, stream: Any, index: FrameIndex, wanted_pts: set[int], skip: bool) -> None:
         self.container, self.stream, self.index = container, stream, index
         self.position_of = {int(p): i for i, p in enumerate(index.pts)}
-        self.frames = container.decode(stream)
+        self.wanted_pts, self.skip = wanted_pts, skip
+        self.frames = self._decode()
         self.position = -1  # presentation index of the last decoded frame
         self.anchored = True  # decoding from the start: every frame counts
         self.decoded = 0
+        self.jumped = False
         self.reformatter = VideoReformatter()
+
+    def _decode(self) -> Iterator[Any]:
+        context = self.stream.codec_context
+        if not self.skip:
+            context.skip_frame = "DEFAULT"
+            yield from self.container.decode(self.stream)
+            return
+        wanted, mode = self.wanted_pts, context.skip_frame
+        for packet in self.container.demux(self.stream):
+            want = "DEFAULT" if packet.pts is None or packet.pts in wanted or not packet.size else "NONREF"
+            if want != mode:
+                context.skip_frame = mode = want
+            yield from context.decode(packet)
 
     def seek(self, keyframe: int) -> None:
         self.container.seek(int(self.index.pts[keyframe]), stream=self.stream, backward=True, any_frame=False)
-        self.frames = self.container.decode(self.stream)
+        self.frames = self._decode()
         self.position, self.anchored = -1, False
 
     def frame_at(self, target: int) -> np.ndarray | None:
-        """Decode forward to ``target``; None when the decoder passes it or the stream ends."""
+        """Decode forward to ``target``; None when the decoder passes it or the stream ends (then
+        ``jumped`` says whether it went past the target from before it, rather than landing after it)."""
+        position_of, anchored = self.position_of, self.anchored
+        self.jumped = True
         for frame in self.frames:
             self.decoded += 1
-            position = self.position_of.get(frame.pts) if frame.pts is not None else None
+            position = position_of.get(frame.pts)
             if position is None:
                 raise _Fallback(f"decoded frame pts {frame.pts} is not in the packet index")
-            if not self.anchored:
+            if not anchored:
                 if not frame.key_frame:  # leading frames before the first keyframe after a seek
                     continue
-                self.anchored = True
-            self.position = position
+                self.anchored = anchored = True
+            previous, self.position = self.position, position
             if position == target:
                 return _rgb(frame, self.reformatter)
             if position > target:
+                self.jumped = previous >= 0
                 return None
         return None
 
 
-def _seek_decode(source: Source, index: FrameIndex, wanted: list[int], near: int
+def _seek_decode(source: Source, index: FrameIndex, wanted: list[int], near: int, skip: bool = True
                  ) -> tuple[dict[int, np.ndarray], int]:
     kept: dict[int, np.ndarray] = {}
     keyframes = index.keyframes
     with _open(source) as container:
         stream = _video_stream(container)
         stream.thread_type = "AUTO"
-        cursor = _Cursor(container, stream, index)
+        cursor = _Cursor(container, stream, index, {int(index.pts[i]) for i in wanted}, skip)
         for target in wanted:
             at = bisect.bisect_right(keyframes, target) - 1
             seeked = keyframes[at] > cursor.position and target - cursor.position > near
@@ -208,6 +237,8 @@ def _seek_decode(source: Source, index: FrameIndex, wanted: list[int], near: int
                 tries += 1
                 if at < 0 or tries > 2:
                     raise _Fallback(f"frame {target} not reached by seeking")
+                if cursor.jumped:  # the target never came out (not a seek landing late): stop skipping
+                    cursor.skip = False
                 cursor.seek(keyframes[at])
                 seeked = True
             kept[target] = frame
@@ -231,10 +262,11 @@ def _sequential(source: Source, wanted: set[int]) -> tuple[dict[int, np.ndarray]
         return kept, count
 
 
-def read_video(source: Source, pick: Pick, *, method: Method = "auto", near: int = 8,
+def read_video(source: Source, pick: Pick, *, method: Method = "auto", near: int = 8, skip_nonref: bool = True,
                label: str = "video") -> DecodedVideo:
     """The frames ``pick(total, fps)`` chooses, decoded by seeking (``auto``: sequential when the stream
     cannot be seeked exactly; ``seek``: raise instead; ``sequential``: always read from the start).
+    ``skip_nonref`` lets the seek path drop unwanted frames no other frame references (same frames).
 
     Raises one of :data:`DECODE_ERRORS` for an unreadable or empty video.
     """
@@ -246,7 +278,7 @@ def read_video(source: Source, pick: Pick, *, method: Method = "auto", near: int
     indices = list(pick(total, rate))
     if index is not None and max(indices) < len(index.pts):
         try:
-            kept, decoded = _seek_decode(source, index, sorted(set(indices)), near)
+            kept, decoded = _seek_decode(source, index, sorted(set(indices)), near, skip_nonref)
             return DecodedVideo([kept[i] for i in indices], indices, rate, total, "seek", decoded)
         except _Fallback as exc:
             why = str(exc)
