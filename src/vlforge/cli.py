@@ -277,6 +277,53 @@ def train(
                       soft_wrap=True)
 
 
+@app.command()
+def plan(
+    config: Annotated[Path, typer.Argument(help="Training config YAML: native, LMMS Engine or guide layout.")],
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="key=value overrides, e.g. packing.packing_length=8192.")
+    ] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs (processes) per node.")] = 1,
+    nodes: Annotated[int, typer.Option(help="Nodes.")] = 1,
+    gpu_memory: Annotated[str | None, typer.Option(help="Memory of one GPU, e.g. 80GB or 141GiB (default: this "
+                                                        "machine's CUDA device, else 80GB).")] = None,
+    seq_len: Annotated[int | None, typer.Option(min=1, help="Typical sample length in tokens (packing: "
+                                                             "samples per row; padded: the batch's length).")] = None,
+    label_share: Annotated[float, typer.Option(min=0.0, max=1.0, help="Share of tokens that are labels.")] = 0.5,
+    visual_share: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Share of tokens that are visual "
+                                                       "(default: one image or video at the limits per sample).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")] = False,
+) -> None:
+    """Estimate peak memory per rank of a training config (meta device, no weights) and what makes it fit; exit 1
+    when it does not fit."""
+    import json
+
+    from vlforge.plan.options import check_layout, parse_memory
+    from vlforge.train import validate as validate_job
+    from vlforge.train.preflight import check_model
+
+    memory = parse_memory(gpu_memory) if gpu_memory is not None else None
+    check_layout(gpus, nodes)
+    report = validate_job.check(config, overrides or [])
+    if not report.ok:
+        for line in report.error_lines():
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2)
+    cfg = report.resolved.config
+    check_model(cfg)
+    from vlforge.plan.report import make_plan, render
+
+    result = make_plan(cfg, gpus=gpus, nodes=nodes, gpu_memory=memory, sample_length=seq_len,
+                       label_share=label_share, visual_share=visual_share)
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        for line in render(result):
+            typer.echo(line)
+    if not result.fits:
+        raise typer.Exit(1)
+
+
 @app.command("export")
 def export_command(
     checkpoint: Annotated[Path, typer.Argument(help="A checkpoint directory (OUTPUT_DIR/checkpoint-STEP).")],

@@ -237,6 +237,9 @@ class ModelConfig(Section):
     token_audit: bool = True
     """Audit the chat template's special tokens for untrained rows at start-up (a few seconds; see
     docs/tokens.md); ``vlforge train --no-token-audit`` sets it to false."""
+    memory_plan: bool = True
+    """Log the memory plan's estimate of the peak per rank at start-up, a warning when it exceeds the free
+    memory (``vlforge plan``; about a second)."""
 
     @field_validator("freeze_modules", mode="before")
     @classmethod

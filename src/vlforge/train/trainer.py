@@ -29,6 +29,7 @@ from __future__ import annotations
 import datetime
 import logging
 import math
+import os
 import random
 import time
 from collections import Counter
@@ -198,6 +199,7 @@ class Trainer:
         self.check_outputs()
         seed_everything(cfg.training.seed)
         check_world(cfg.sp_ulysses_degree, ctx.world_size)
+        self.plan_verdict()
         self.tm: TrainModel = prepare_model(cfg, ctx)
         self.model = self.tm.model
         # --- sequence parallelism (vlforge.train.sp): sp ranks of a group share the data shard ---
@@ -223,6 +225,21 @@ class Trainer:
             self.step = int(state["step"])
             saved_sp = int(state.get("config", {}).get("sp_ulysses_degree", 1))
             self.stream.load_state_dict(data_states[::saved_sp])  # one state per data shard
+
+    def plan_verdict(self) -> None:
+        """Log the memory plan's one-line verdict (a warning when the estimate exceeds the free memory here)."""
+        if not self.ctx.is_main or not self.cfg.model.memory_plan:
+            return
+        from vlforge.plan.report import startup_verdict
+
+        try:
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            line, over = startup_verdict(self.cfg, world=self.ctx.world_size, device=self.ctx.device,
+                                         local_processes=local)
+        except Exception as error:  # an estimate must never stop a run
+            logger.debug("plan: no estimate (%s: %s)", type(error).__name__, error)
+            return
+        (logger.warning if over else logger.info)(line)
 
     # -- one step ---------------------------------------------------------------------------------
     def _draw(self) -> list[dict[str, Any]] | None:

@@ -1,0 +1,248 @@
+"""`vlforge plan`: will this training config fit, and the cheapest changes that make it fit.
+
+Each suggestion is one change of the config, estimated again with :func:`~vlforge.plan.estimate.estimate_memory`;
+they are listed fitting ones first, each group in order of cost to the run (what it costs in speed or in
+what is trained): accumulation instead of a larger batch, gradient checkpointing, sequence parallelism,
+shorter rows, a frozen vision tower, LoRA, more GPUs. When no single change fits, the changes are also
+applied together in that order until the estimate fits.
+
+Example:
+    >>> report = make_plan(load_config("examples/qwen3_vl_tiny.yaml"), gpus=8, gpu_memory=80 * 10**9)  # doctest: +SKIP
+    >>> report.fits, [s.change for s in report.suggestions][:1]  # doctest: +SKIP
+    (True, ['model.gradient_checkpointing: true'])
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vlforge.errors import ConfigError
+from vlforge.plan.estimate import MemoryEstimate, estimate_memory
+from vlforge.plan.options import human
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GPU_MEMORY = 80 * 10**9
+"""An H100 / A100 80 GB, when neither ``--gpu-memory`` nor a CUDA device says otherwise."""
+MARGIN = 0.9
+"""Share of the device memory a plan may use (the rest: CUDA context, allocator fragmentation)."""
+
+
+@dataclass
+class Suggestion:
+    change: str
+    """The config change(s), as ``key: value``."""
+    peak_bytes: int
+    fits: bool
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"change": self.change, "peak_bytes_per_rank": self.peak_bytes, "fits": self.fits, "why": self.why}
+
+
+@dataclass
+class PlanReport:
+    estimate: MemoryEstimate
+    budget_bytes: int
+    device_bytes: int
+    device_note: str
+    suggestions: list[Suggestion] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.estimate.peak_bytes <= self.budget_bytes
+
+    def verdict(self) -> str:
+        """One line: the peak per rank against the usable device memory, and the largest parts."""
+        est = self.estimate
+        top = sorted(((v, k) for k, v in est.parts.items() if v), reverse=True)[:3]
+        parts = ", ".join(f"{k.replace('_', ' ')} {human(v)}" for v, k in top)
+        word = "fits" if self.fits else "does NOT fit"
+        return (f"plan: {human(est.peak_bytes)} peak per rank on {est.world} rank(s) ({parts}); {word} in "
+                f"{human(self.budget_bytes)} usable of {human(self.device_bytes)} ({self.device_note})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.estimate.to_dict(), "fits": self.fits, "budget_bytes": self.budget_bytes,
+                "device_bytes": self.device_bytes, "device": self.device_note,
+                "suggestions": [s.to_dict() for s in self.suggestions]}
+
+
+def _update(cfg: Any, section: str | None, **values: Any) -> Any:
+    if section is None:
+        return cfg.model_copy(update=values)
+    return cfg.model_copy(update={section: getattr(cfg, section).model_copy(update=values)})
+
+
+def _text_heads(model_config: Any) -> int:
+    return model_config.get_text_config().num_attention_heads
+
+
+def candidates(cfg: Any, model_config: Any, world: int) -> list[tuple[str, Any, str]]:
+    """``(change, changed config, why)`` for every cheap change that applies to ``cfg``, cheapest first."""
+    out = []
+    batch, accum = cfg.training.per_device_train_batch_size, cfg.training.gradient_accumulation_steps
+    if batch > 1:
+        changed = _update(_update(cfg, "training", per_device_train_batch_size=1), "training",
+                          gradient_accumulation_steps=accum * batch)
+        out.append((f"training.per_device_train_batch_size: 1, gradient_accumulation_steps: {accum * batch}", changed,
+                    "the same samples per step, one at a time"))
+    if not cfg.model.gradient_checkpointing:
+        out.append(("model.gradient_checkpointing: true", _update(cfg, "model", gradient_checkpointing=True),
+                    "keeps one layer's activations instead of all (about a third more compute)"))
+    from vlforge.train.sp import SUPPORTED_FAMILIES
+
+    family = getattr(model_config, "model_type", "")
+    heads = _text_heads(model_config)
+    for degree in (2, 4, 8):
+        if degree > cfg.sp_ulysses_degree and family in SUPPORTED_FAMILIES and world % degree == 0 \
+                and heads % degree == 0:
+            out.append((f"sp_ulysses_degree: {degree}", _update(cfg, None, sp_ulysses_degree=degree),
+                        f"each rank holds 1/{degree} of the sequence in the text layers"))
+            break
+    if cfg.packing.packing and cfg.packing.packing_length and cfg.packing.packing_length >= 2048:
+        half = cfg.packing.packing_length // 2
+        out.append((f"packing.packing_length: {half}", _update(cfg, "packing", packing_length=half,
+                                                                max_length=min(cfg.packing.max_length or half, half)),
+                    "shorter packed rows (longer samples are filtered or refused)"))
+    if hasattr(model_config, "vision_config") and "visual" not in cfg.model.freeze_modules:
+        out.append(("model.freeze_modules: [visual]", _update(cfg, "model",
+                                                               freeze_modules=[*cfg.model.freeze_modules, "visual"]),
+                    "the vision tower keeps no gradients, optimizer state or activations"))
+    if cfg.model.lora is None:
+        from vlforge.train.schema import LoraConfig
+
+        lora = LoraConfig(r=16, alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                                                          "up_proj", "down_proj"])
+        out.append(("model.lora: {r: 16, alpha: 32, target_modules: [q,k,v,o,gate,up,down]_proj}",
+                    _update(cfg, "model", lora=lora), "trains adapters only: no full gradients or optimizer state"))
+    return out
+
+
+def make_plan(cfg: Any, *, gpus: int = 1, nodes: int = 1, gpu_memory: int | None = None,
+              model_config: Any = None, sample_length: int | None = None, label_share: float = 0.5,
+              visual_share: float | None = None) -> PlanReport:
+    """The estimate, whether it fits and the suggestions for ``cfg`` on ``gpus`` x ``nodes`` ranks."""
+    import torch
+
+    world = gpus * nodes
+    if model_config is None:
+        model_config = load_model_config(cfg.model.load_from_pretrained_path)
+    heads = _text_heads(model_config)
+    degree = cfg.sp_ulysses_degree
+    if degree > 1 and heads % degree:
+        raise ConfigError(f"sp_ulysses_degree: {degree} does not divide the {heads} attention heads of the text "
+                          f"model; use a degree that divides {heads}")
+    if degree > 1 and world % degree:
+        raise ConfigError(f"sp_ulysses_degree: {degree} does not divide the {world} GPU(s) of the plan "
+                          "(--gpus x --nodes)")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if gpu_memory is not None:
+        device_bytes, note = gpu_memory, "--gpu-memory"
+    elif device.type == "cuda":
+        device_bytes, note = torch.cuda.get_device_properties(0).total_memory, torch.cuda.get_device_name(0)
+    else:
+        device_bytes, note = DEFAULT_GPU_MEMORY, "assumed 80 GB GPU; set --gpu-memory"
+    kwargs = {"world": world, "device": device, "sample_length": sample_length, "label_share": label_share,
+              "visual_share": visual_share}
+    estimate = estimate_memory(cfg, model_config, **kwargs)
+    budget = int(device_bytes * MARGIN)
+    report = PlanReport(estimate, budget, device_bytes, note)
+    report.suggestions = suggest(cfg, model_config, budget, world, kwargs, estimate.peak_bytes)
+    return report
+
+
+def suggest(cfg: Any, model_config: Any, budget: int, world: int, kwargs: dict[str, Any],
+            current: int) -> list[Suggestion]:
+    """Each applicable change estimated on its own (lower peaks only), fitting ones first; then cumulative ones."""
+    found = []
+    options = candidates(cfg, model_config, world)
+    for change, changed, why in options:
+        peak = estimate_memory(changed, model_config, **kwargs).peak_bytes
+        if peak < current:
+            found.append(Suggestion(change, peak, peak <= budget, why))
+    found.sort(key=lambda s: not s.fits)  # stable: cheapest first within each group
+    if current > budget and not any(s.fits for s in found):
+        combined, names = cfg, []
+        for change, _changed, _why in options:
+            step = [c for c in candidates(combined, model_config, world) if c[0] == change]
+            if not step:
+                continue
+            combined, names = step[0][1], [*names, change]
+            peak = estimate_memory(combined, model_config, **kwargs).peak_bytes
+            if peak <= budget:
+                found.insert(0, Suggestion(" + ".join(names), peak, True, "these changes together"))
+                break
+        more = world
+        while more < 1024 and not any(s.fits for s in found):
+            more *= 2
+            peak = estimate_memory(cfg, model_config, **{**kwargs, "world": more}).peak_bytes
+            if peak <= budget:
+                found.append(Suggestion(f"{more} GPUs (FSDP2 shards parameters, gradients and optimizer state)",
+                                        peak, True, "more ranks share the model state"))
+    return found
+
+
+def load_model_config(ref: str) -> Any:
+    """The transformers config of a model reference (tiny preset, local checkpoint, cached hub id); no weights."""
+    from transformers import AutoConfig
+
+    from vlforge.models.load import resolve
+
+    return AutoConfig.from_pretrained(resolve(ref))
+
+
+def render(report: PlanReport) -> list[str]:
+    """Plain text lines: the verdict, the parts, the suggestions."""
+    est = report.estimate
+    lines = [report.verdict(), ""]
+    load = est.workload
+    lines.append(f"per rank: {load.tokens} tokens per micro-batch, {load.micro_batches} micro-batch(es) per step, "
+                 f"{est.parameters:,} parameters ({est.trainable:,} trainable), FSDP2 shards over {est.shard}, "
+                 f"SP degree {est.sp}")
+    width = max(len(k) for k in est.parts)
+    for key, value in est.parts.items():
+        lines.append(f"  {key.replace('_', ' '):<{width}}  {human(value):>10}")
+    lines.append(f"  {'peak':<{width}}  {human(est.peak_bytes):>10}")
+    for note in est.notes + load.notes:
+        lines.append(f"note: {note}")
+    if report.suggestions and not report.fits:
+        lines += ["", "changes that lower the peak (fitting first, cheapest first):"]
+        for s in report.suggestions:
+            mark = "fits" if s.fits else "still over"
+            lines.append(f"  {s.change}: {human(s.peak_bytes)} ({mark}; {s.why})")
+    return lines
+
+
+def free_bytes(device: Any, local_processes: int = 1) -> int | None:
+    """Memory free for one process on ``device``: CUDA's free memory, or the host's available memory shared by
+    the ``local_processes`` of this node (None where it cannot be read)."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        lines = Path("/proc/meminfo").read_text(encoding="ascii").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024 // max(local_processes, 1)
+    return None
+
+
+def startup_verdict(cfg: Any, *, world: int, device: Any, local_processes: int = 1) -> tuple[str, bool]:
+    """``(one line, over)``: the estimated peak per rank against the memory free here (``over`` when above it)."""
+    estimate = estimate_memory(cfg, load_model_config(cfg.model.load_from_pretrained_path), world=world,
+                               device=device)
+    free = free_bytes(device, local_processes)
+    top = sorted(((v, k) for k, v in estimate.parts.items() if v), reverse=True)[:3]
+    parts = ", ".join(f"{k.replace('_', ' ')} {human(v)}" for v, k in top)
+    where = f"{human(free)} free on {device.type}" if free is not None else "free memory unknown"
+    over = free is not None and estimate.peak_bytes > free
+    line = f"plan: about {human(estimate.peak_bytes)} peak per rank ({parts}); {where}"
+    if over:
+        line += "; the run may run out of memory: `vlforge plan CONFIG` lists changes that lower the peak"
+    return line, over

@@ -1,0 +1,154 @@
+"""`vlforge plan`: estimates from the meta device, the CLI contract, suggestions, and estimate vs measurement."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from vlforge.cli import app
+from vlforge.errors import ConfigError
+from vlforge.plan.estimate import estimate_memory
+from vlforge.plan.options import parse_memory
+from vlforge.plan.probe import find_stack, meta_model, register_standin, saved_bytes, text_layer_bytes
+from vlforge.plan.report import load_model_config, make_plan
+from vlforge.train.config import load_config
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "examples" / "qwen3_vl_tiny.yaml"
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _repo_cwd(monkeypatch):
+    monkeypatch.chdir(REPO)  # the example config's data paths are relative to the repository
+
+
+def test_memory_sizes_parse_and_bad_ones_name_the_flag():
+    assert parse_memory("80GB") == 80 * 10**9 and parse_memory("80GiB") == 80 * 2**30
+    assert parse_memory("24") == 24 * 10**9 and parse_memory("512MiB") == 512 * 2**20
+    for bad in ("lots", "", "-3GB", "0GB", "80XB"):
+        with pytest.raises(ConfigError, match="--gpu-memory"):
+            parse_memory(bad)
+
+
+def test_a_layer_on_meta_keeps_what_the_same_layer_keeps_on_the_cpu():
+    """The meta-device probe is faithful: the same decoder layer run on real CPU tensors saves the same bytes."""
+    cfg = load_model_config("tiny:qwen3_vl")
+    meta = meta_model(cfg, torch.float32)
+    on_meta = text_layer_bytes(meta, 96, torch.float32)
+    from transformers import AutoModelForImageTextToText
+
+    from vlforge.plan.probe import STANDIN
+
+    register_standin()
+    real = AutoModelForImageTextToText.from_config(cfg, attn_implementation=STANDIN)
+    owner, layers = find_stack(real, "text")
+    hidden = torch.randn(1, 96, owner.config.hidden_size, requires_grad=True)
+    positions = torch.zeros(3, 1, 96, dtype=torch.long)
+    cos, sin = owner.rotary_emb(hidden, positions)
+    on_cpu = saved_bytes(layers[0], hidden, attention_mask=None, position_ids=positions,
+                         position_embeddings=(cos.detach(), sin.detach()))[0]
+    assert on_meta == on_cpu > 0
+
+
+def test_each_lever_moves_the_part_it_should():
+    cfg = load_config(TINY)
+    mc = load_model_config(cfg.model.load_from_pretrained_path)
+    base = estimate_memory(cfg, mc, visual_share=0.0)
+    longer = estimate_memory(cfg.model_copy(update={"packing": cfg.packing.model_copy(update={"packing_length": 2048})}),
+                             mc, visual_share=0.0)
+    gc = estimate_memory(cfg.model_copy(update={"model": cfg.model.model_copy(update={"gradient_checkpointing": True})}),
+                         mc, visual_share=0.0)
+    sharded = estimate_memory(cfg, mc, world=4, visual_share=0.0)
+    assert longer.parts["activations"] > 3 * base.parts["activations"] / 1.5
+    assert gc.parts["activations"] < base.parts["activations"]
+    assert sharded.parts["optimizer"] * 4 == pytest.approx(base.parts["optimizer"], rel=1e-6)
+    assert sharded.parts["parameters"] < base.parameters * 4 / 2  # a quarter of the fp32 weights, plus gathered
+    images = estimate_memory(cfg, mc, visual_share=0.5)
+    assert images.parts["vision_activations"] > base.parts["vision_activations"] == 0
+
+
+def test_a_real_size_model_is_planned_without_its_weights():
+    """Qwen2.5-VL's default config (72B-class dims) on meta: seconds, and no allocation of its weights."""
+    from transformers import Qwen2_5_VLConfig
+
+    cfg = load_config(TINY, ["packing.packing_length=8192", "model.gradient_checkpointing=true",
+                             "training.bf16=true"])
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    report = make_plan(cfg, gpus=8, gpu_memory=80 * 10**9, model_config=Qwen2_5_VLConfig())
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert report.estimate.parameters > 60e9
+    assert grown_mb < 2000  # fp32 weights alone would be > 240 GB
+    assert not report.fits and report.suggestions  # 72B on 8 x 80 GB with full AdamW does not fit
+    assert report.to_dict()["peak_bytes_per_rank"] == report.estimate.peak_bytes
+
+
+def test_cli_json_fits_and_suggestions():
+    result = runner.invoke(app, ["plan", str(TINY), "--json", "--gpu-memory", "80GB"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["fits"] is True and report["peak_bytes_per_rank"] > 0 and isinstance(report["suggestions"], list)
+    small = runner.invoke(app, ["plan", str(TINY), "--json", "--gpu-memory", "300MB"])
+    assert small.exit_code == 1
+    tight = json.loads(small.stdout)
+    assert tight["fits"] is False and tight["suggestions"]
+    fits = [s["fits"] for s in tight["suggestions"]]
+    assert fits == sorted(fits, reverse=True)  # fitting ones first
+    assert all(s["peak_bytes_per_rank"] < tight["peak_bytes_per_rank"] for s in tight["suggestions"])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--gpu-memory", "huge"], "--gpu-memory 'huge'"),
+    (["--gpus", "0"], "--gpus 0"),
+    (["sp_ulysses_degree=3", "--gpus", "3"], "sp_ulysses_degree: 3 does not divide the 4 attention heads"),
+    (["sp_ulysses_degree=2", "--gpus", "3"], "sp_ulysses_degree: 2 does not divide the 3 GPU(s)"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = subprocess.run([sys.executable, "-m", "vlforge.cli", "plan", str(TINY), *args], capture_output=True,
+                            text=True, cwd=REPO, timeout=300)
+    assert result.returncode == 2, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+
+
+@pytest.mark.slow
+def test_estimate_is_within_20_percent_of_a_measured_training_step(tmp_path):
+    """One real configuration through benchmarks/plan_accuracy.py: the measured peak RSS of real steps."""
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "plan_accuracy.py"), "--only", "small-padded",
+                           "--keep", str(tmp_path)], capture_output=True, text=True, timeout=1200, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads(proc.stdout)["records"][0]
+    assert 0.8 <= record["ratio"] <= 1.2, record
+
+
+def test_train_logs_the_verdict_and_warns_above_the_free_memory(monkeypatch, caplog, tmp_path):
+    import logging
+
+    from vlforge.plan import report as plan_report
+    from vlforge.train.trainer import Trainer
+
+    cfg = load_config(TINY, [f"checkpointing.output_dir={tmp_path / 'out'}"])
+    trainer = Trainer(cfg, progress=False, export=False)
+    with caplog.at_level(logging.INFO, logger="vlforge.train"):
+        trainer.plan_verdict()
+    lines = [r for r in caplog.records if r.getMessage().startswith("plan: about")]
+    assert len(lines) == 1 and lines[0].levelno == logging.INFO and "free on cpu" in lines[0].getMessage()
+    caplog.clear()
+    monkeypatch.setattr(plan_report, "free_bytes", lambda device, local=1: 10 * 2**20)  # a 10 MiB device
+    with caplog.at_level(logging.INFO, logger="vlforge.train"):
+        trainer.plan_verdict()
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "may run out of memory" in warned[0].getMessage()
+    quiet = Trainer(cfg.model_copy(update={"model": cfg.model.model_copy(update={"memory_plan": False})}),
+                    progress=False, export=False)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="vlforge.train"):
+        quiet.plan_verdict()
+    assert not [r for r in caplog.records if "plan:" in r.getMessage()]
