@@ -3,6 +3,8 @@
 The slow tests launch this file under ``torchrun`` as a worker (``python -m torch.distributed.run ...
 test_trainer_sp.py WORKDIR``): every rank computes one step's token-mean loss and full gradients of
 the first matching batch and rank 0 saves them; the test computes the same in this process with SP=1.
+A case is ``CASE`` (the spec's ``model``) or ``FAMILY:CASE`` (the spec's ``models[FAMILY]``), so one
+launch serves several families (tests/train/test_trainer_sp_families.py).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from vlforge.train.trainer import Trainer
 CASES = {
     # An unpacked sample with an image (deepstack features on some shards only).
     "image": {"packing": {"packing": False}},
+    # An unpacked sample with a video (Qwen2.5-VL: mrope positions scaled by second_per_grid_ts).
+    "video": {"packing": {"packing": False}},
     # A packed row of images, a video and text: sample boundaries must survive the exchange.
     "packed": {"packing": {"packing": True, "packing_length": 400}},
     # Two right-padded samples in one batch: the (B, 1, L, L) mask path instead of per-sample attention.
@@ -35,10 +39,15 @@ CASES = {
     "packed_gc": {"packing": {"packing": True, "packing_length": 400}, "model": {"gradient_checkpointing": True}},
 }
 
+#: Qwen3-VL's cases (its packed row holds the video).
+QWEN3_CASES = ("image", "packed", "padded", "packed_gc")
+
 
 def _wanted(case: str, batch: dict[str, Any]) -> bool:
     if case == "image":
         return "pixel_values" in batch
+    if case == "video":
+        return "pixel_values_videos" in batch
     if case == "padded":
         return batch["input_ids"].shape[0] == 2 and not bool(batch["attention_mask"].all())
     return "image_grid_thw" in batch and len(batch["sample_ids"]) >= 3
@@ -71,11 +80,18 @@ def _config(root: Path, model_path: Path, case: str, degree: int, **extra: dict)
     return TrainConfig.model_validate(cfg)
 
 
+def result_file(workdir: Path, entry: str) -> Path:
+    """Where the worker saves the SP result of ``entry`` (``CASE`` or ``FAMILY:CASE``)."""
+    return workdir / f"sp-{entry.replace(':', '-')}.pt"
+
+
 def worker(workdir: Path) -> None:
-    """torchrun entry: SP over all ranks for every case; rank 0 writes ``sp-CASE.pt``."""
+    """torchrun entry: SP over all ranks for every case; rank 0 writes :func:`result_file`."""
     spec = json.loads((workdir / "spec.json").read_text())
-    for case in spec["cases"]:
-        cfg = _config(workdir, Path(spec["model"]), case, spec["degree"], **spec.get("extra", {}))
+    for entry in spec["cases"]:
+        family, _, case = entry.rpartition(":")
+        model = spec["models"][family] if family else spec["model"]
+        cfg = _config(workdir, Path(model), case, spec["degree"], **spec.get("extra", {}))
         trainer = Trainer(cfg, progress=False, export=False)
         trainer.setup()
         assert trainer.sp is not None and trainer.ctx.data_world == trainer.ctx.world_size // spec["degree"]
@@ -83,15 +99,18 @@ def worker(workdir: Path) -> None:
         loss, grads = step_loss_and_grads(trainer, batch)
         if trainer.ctx.is_main:
             torch.save({"loss": loss, "grads": grads, "sample_ids": batch["sample_ids"],
-                        "length": int(batch["input_ids"].shape[1])}, workdir / f"sp-{case}.pt")
+                        "length": int(batch["input_ids"].shape[1])}, result_file(workdir, entry))
         trainer.stream.close()
     trainer.ctx.close()
 
 
-def run_sp(workdir: Path, model_path: Path, nproc: int, degree: int, cases: list[str], **extra: dict) -> None:
+def run_sp(workdir: Path, model_path: Path | dict[str, Path], nproc: int, degree: int, cases: list[str],
+           **extra: dict) -> None:
+    """One torchrun launch of :func:`worker`; ``model_path`` is one checkpoint or ``{family: checkpoint}``."""
     workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "spec.json").write_text(json.dumps({"model": str(model_path), "degree": degree, "cases": cases,
-                                                   "extra": extra}))
+    models = {"models": {k: str(v) for k, v in model_path.items()}} if isinstance(model_path, dict) else {
+        "model": str(model_path)}
+    (workdir / "spec.json").write_text(json.dumps({**models, "degree": degree, "cases": cases, "extra": extra}))
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
                str(free_port()), str(Path(__file__).resolve()), str(workdir)]
     proc = subprocess.run(command, env=train_env(), capture_output=True, text=True, timeout=900, cwd=REPO)
@@ -106,11 +125,11 @@ def model_path(tiny_checkpoint):
 @pytest.fixture(scope="module")
 def sp2_results(tmp_path_factory, model_path):
     workdir = tmp_path_factory.mktemp("sp2")
-    run_sp(workdir, model_path, 2, 2, list(CASES))
+    run_sp(workdir, model_path, 2, 2, list(QWEN3_CASES))
     return workdir
 
 
-def _compare(reference: tuple[float, dict[str, torch.Tensor]], saved: dict[str, Any]) -> None:
+def compare(reference: tuple[float, dict[str, torch.Tensor]], saved: dict[str, Any]) -> None:
     loss, grads = reference
     assert saved["loss"] == pytest.approx(loss, rel=1e-5)
     assert saved["grads"].keys() == grads.keys()
@@ -121,21 +140,23 @@ def _compare(reference: tuple[float, dict[str, torch.Tensor]], saved: dict[str, 
     assert vision and any(float(grads[k].abs().max()) > 0 for k in vision)  # the tower is in the comparison
 
 
-def _one_process(tmp_path: Path, model_path: Path, case: str, saved: dict[str, Any]) -> None:
+def one_process(tmp_path: Path, model_path: Path, case: str, saved: dict[str, Any]) -> None:
+    """SP=1 loss and gradients of the same batch in this process equal ``saved`` (the SP run's)."""
     trainer = Trainer(_config(tmp_path, model_path, case, 1), progress=False, export=False)
     trainer.setup()
     batch = _first_batch(trainer, case)
+    trainer.stream.close()
     assert batch["sample_ids"] == saved["sample_ids"]
-    _compare(step_loss_and_grads(trainer, batch), saved)
+    compare(step_loss_and_grads(trainer, batch), saved)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", QWEN3_CASES)
 def test_sp2_on_two_ranks_equals_one_process(tmp_path, model_path, sp2_results, case):
-    saved = torch.load(sp2_results / f"sp-{case}.pt", weights_only=False)
+    saved = torch.load(result_file(sp2_results, case), weights_only=False)
     if case == "packed":
         assert saved["length"] % 2 == 1  # the row is padded to the degree
-    _one_process(tmp_path, model_path, case, saved)
+    one_process(tmp_path, model_path, case, saved)
 
 
 @pytest.mark.slow
@@ -143,7 +164,7 @@ def test_sp4_repeats_the_two_kv_heads(tmp_path, model_path):
     """Degree 4 over the tiny model's 4 query / 2 k-v heads: k and v are repeated before the exchange."""
     run_sp(tmp_path / "sp4", model_path, 4, 4, ["packed"])
     saved = torch.load(tmp_path / "sp4" / "sp-packed.pt", weights_only=False)
-    _one_process(tmp_path, model_path, "packed", saved)
+    one_process(tmp_path, model_path, "packed", saved)
 
 
 def _losses(output_dir: Path) -> list[float]:
@@ -159,6 +180,11 @@ def test_training_with_sp_matches_one_process(tmp_path, model_path, nproc, degre
     The 2x2 mesh runs unpacked samples: packing happens per data shard, so packed rows of 2 shards
     differ from those of one process, while single samples are dealt identically.
     """
+    check_training_matches(tmp_path, model_path, nproc, degree, packed)
+
+
+def check_training_matches(tmp_path: Path, model_path: Path, nproc: int, degree: int, packed: bool) -> None:
+    """SP training run == one process (losses, export); its checkpoint-1 resumed without SP continues it."""
     from trainkit import exported_weights, max_abs_diff, run_training, write_config
 
     dp = nproc // degree
@@ -223,8 +249,9 @@ def test_unsupported_family_and_heads_are_refused():
     with pytest.raises(ConfigError, match=r"does not divide the 3 attention heads of the text model"):
         check_model(model, "qwen3_vl", 2)
     assert check_model(model, "qwen3_vl", 3) is model.model.language_model
-    with pytest.raises(ConfigError, match=r"not supported for model family 'glm4v' \(supported: qwen3_vl\)"):
-        check_model(model, "glm4v", 2)
+    with pytest.raises(ConfigError, match=r"not supported for model family 'llava' \(supported: qwen3_vl, qwen2_5_vl, "
+                                          r"qwen2_vl, glm4v\); set sp_ulysses_degree: 1"):
+        check_model(model, "llava", 2)
 
 
 def test_one_process_with_sp2_fails_before_loading(tmp_path, model_path):

@@ -1,4 +1,4 @@
-"""Ulysses sequence parallelism (``sp_ulysses_degree``) for the text decoder of Qwen3-VL.
+"""Ulysses sequence parallelism (``sp_ulysses_degree``) for Qwen3-VL, Qwen2.5-VL, Qwen2-VL and GLM-4V.
 
 The ``W`` processes form a ``(dp, sp)`` device mesh, ``dp = W / sp``; the ``sp`` ranks of a group are
 consecutive (rank ``d * sp + s``) and read the same batches (the data is sharded by the dp rank only).
@@ -6,16 +6,19 @@ FSDP2 shards the parameters over all ``W`` ranks (both mesh dimensions), so noth
 
 One forward of a group:
 
-1. every rank embeds the *whole* sequence and computes its 3-D rotary positions; the vision tower
-   runs once per group: each rank encodes its share of the images/videos (:func:`assign_images`)
-   and the merged and deepstack features are all-gathered (gradients summed back to the owner);
+1. every rank embeds the *whole* sequence (the 3-D rotary positions come with the batch: the data
+   pipeline runs the family's ``get_rope_index``, with ``second_per_grid_ts`` for Qwen2.5-VL
+   videos); the vision tower runs once per group: each rank encodes its share of the
+   images/videos (:func:`assign_images`) and the merged features (and Qwen3-VL's deepstack
+   features) are all-gathered (gradients summed back to the owner);
 2. a forward pre-hook on the text model pads the sequence to a multiple of ``sp`` and gives each
-   rank its contiguous shard of ``inputs_embeds`` and position ids, and the deepstack visual
-   features of the visual tokens inside that shard;
+   rank a *copy* of its contiguous shard of ``inputs_embeds`` and position ids (so the
+   whole-sequence tensors are freed before the first layer, not kept alive by a view until the
+   backward), and the deepstack visual features of the visual tokens inside that shard;
 3. every text attention layer calls :func:`ulysses_attention`: an all-to-all turns the sequence
    shard of q, k and v into a head shard of the whole sequence, causal SDPA runs per sample (one
-   row) or under a block-causal mask (padded rows), never across samples or pads, and a second
-   all-to-all turns the result back;
+   row, grouped k/v heads used as they are) or under a block-causal mask (padded rows), never
+   across samples or pads, and a second all-to-all turns the result back;
 4. each rank projects only its shard's label positions through ``lm_head``; the loss is the sum of
    those token losses, and dividing by the label count summed over all ranks (every rank counts
    only its shard: :func:`shard_label_count`) gives the same loss and gradients as one process.
@@ -46,7 +49,7 @@ logger = logging.getLogger(__name__)
 #: Name under which :func:`ulysses_attention` is registered with transformers' attention interface.
 ATTENTION_NAME = "vlforge_ulysses"
 #: Model families (``config.model_type``) whose text decoder and input routing are implemented.
-SUPPORTED_FAMILIES = ("qwen3_vl",)
+SUPPORTED_FAMILIES = ("qwen3_vl", "qwen2_5_vl", "qwen2_vl", "glm4v")
 
 
 @dataclass
@@ -166,27 +169,30 @@ def assign_images(patches: list[int], degree: int) -> list[int]:
     return owners
 
 
-def _split_tower(state: SequenceParallel, tower: torch.nn.Module) -> None:
-    """Make the vision tower of an sp group run each image on one rank and gather the features on all."""
+def _split_tower(state: SequenceParallel, tower: torch.nn.Module, width: int) -> None:
+    """Make the vision tower of an sp group run each image on one rank and gather the features on all.
+
+    ``width``: the merged features' width (the text model's hidden size). Qwen3-VL's deepstack
+    features travel in the same exchange, concatenated after the merged ones.
+    """
     original = tower.forward
     merge = tower.spatial_merge_size ** 2
+    deepstack = len(getattr(tower, "deepstack_visual_indexes", None) or ())
 
     def forward(hidden_states: torch.Tensor, grid_thw: torch.Tensor, **kwargs: Any):
         if not state.pending:
             return original(hidden_states, grid_thw=grid_thw, **kwargs)
-        from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
-
         patches = grid_thw.prod(-1).tolist()
         owners = assign_images(patches, state.degree)
         starts = [0, *torch.tensor(patches).cumsum(0).tolist()]
         mine = [i for i, owner in enumerate(owners) if owner == state.rank]
-        width = tower.config.out_hidden_size * (1 + len(tower.deepstack_visual_indexes))
         if mine:
             pixels = torch.cat([hidden_states[starts[i]:starts[i + 1]] for i in mine])
             out = original(pixels, grid_thw=grid_thw[mine], **kwargs)
-            local = torch.cat([out.pooler_output, *out.deepstack_features], dim=-1)
+            local = torch.cat([out.pooler_output, *out.deepstack_features], dim=-1) if deepstack else out.pooler_output
         else:  # a leaf that needs a gradient, so this rank joins the backward exchange too
-            local = torch.zeros(0, width, device=hidden_states.device, dtype=tower.dtype, requires_grad=True)
+            local = torch.zeros(0, width * (1 + deepstack), device=hidden_states.device, dtype=tower.dtype,
+                                requires_grad=True)
         rows = [n // merge for n in patches]
         sizes = [sum(rows[i] for i, owner in enumerate(owners) if owner == r) for r in range(state.degree)]
         gathered = _GatherRows.apply(local, sizes, state.rank, state.group)
@@ -198,7 +204,13 @@ def _split_tower(state: SequenceParallel, tower: torch.nn.Module) -> None:
             at += rows[i]
         index = torch.cat([torch.arange(offsets[i], offsets[i] + rows[i]) for i in range(len(rows))])
         features = gathered.index_select(0, index.to(gathered.device))
-        parts = features.split(tower.config.out_hidden_size, dim=-1)
+        if not deepstack:
+            from transformers.modeling_outputs import BaseModelOutputWithPooling
+
+            return BaseModelOutputWithPooling(pooler_output=features)
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
+
+        parts = features.split(width, dim=-1)
         return BaseModelOutputWithDeepstackFeatures(pooler_output=parts[0], deepstack_features=list(parts[1:]))
 
     tower.forward = forward
@@ -224,14 +236,17 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     q = all_to_all(query, 1, 2, group)
     k = all_to_all(key, 1, 2, group)
     v = all_to_all(value, 1, 2, group)
-    if q.shape[1] != k.shape[1]:
-        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
-        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
     bounds = kwargs.get("vlforge_sp_bounds")
-    if bounds is not None:
+    grouped = q.shape[1] != k.shape[1]
+    if bounds is not None:  # no mask: SDPA reads the grouped k/v heads itself (as transformers' sdpa does)
+        gqa = {"enable_gqa": True} if grouped else {}
         out = torch.cat([F.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], is_causal=True,
-                                                        dropout_p=dropout, scale=scaling) for a, b in bounds], dim=2)
+                                                        dropout_p=dropout, scale=scaling, **gqa)
+                         for a, b in bounds], dim=2)
     else:
+        if grouped:
+            k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+            v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
         mask = kwargs["vlforge_sp_mask"].to(q.device)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, scale=scaling)
     out = all_to_all(out, 2, 1, group)
@@ -291,7 +306,7 @@ def setup_sequence_parallel(model: torch.nn.Module, family: str, degree: int, ct
     for name in ("visual", "vision_tower"):
         tower = next((m for n, m in model.named_modules() if n.split(".")[-1] == name), None)
         if tower is not None:
-            _split_tower(state, tower)
+            _split_tower(state, tower, text.config.hidden_size)
             break
     logger.info("sequence parallel: degree %d, mesh dp=%d x sp=%d (sp rank %d)", degree,
                 ctx.world_size // degree, degree, state.rank)
@@ -319,10 +334,11 @@ def _route(state: SequenceParallel, args: tuple, kwargs: dict[str, Any]) -> tupl
     padded = state.pending["padded"]
     start, end = shard_bounds(length, state.degree, state.rank)
     kwargs = dict(kwargs)
-    kwargs["inputs_embeds"] = _pad_last(embeds, 1, padded)[:, start:end]
+    # copies, not views: a view would keep the whole sequence's storage alive until the backward
+    kwargs["inputs_embeds"] = _pad_last(embeds, 1, padded)[:, start:end].clone()
     positions = kwargs.get("position_ids")
     if positions is not None:
-        kwargs["position_ids"] = _pad_last(positions, positions.ndim - 1, padded)[..., start:end]
+        kwargs["position_ids"] = _pad_last(positions, positions.ndim - 1, padded)[..., start:end].clone()
     kwargs["attention_mask"] = None
     visual = kwargs.get("visual_pos_masks")
     if visual is not None:
