@@ -1,16 +1,24 @@
 """Peak memory per rank of one long sequence: SP=1 (one process) vs Ulysses SP=2 (two gloo processes, CPU).
 
-Each run builds the same random Qwen3-VL (text: ``--hidden`` wide, ``--layers`` layers, 8 heads, 4 k/v
-heads, vocabulary 2048; a 1-block vision tower) in fp32, then does one forward and backward of the
-trainer's loss on a single text sequence of ``--length`` tokens packed as one sample (so SP=1 runs
-transformers' own SDPA path and SP=2 vlforge's Ulysses attention). Reported per rank: the peak resident
-memory of the forward+backward above the resident memory just before it (``resource.getrusage``
-``ru_maxrss`` after minus ``ru_maxrss`` before; the process peak so far is the model and the inputs),
-the loss (the two runs must agree) and the wall time. Every number is measured in this run.
+Each run builds the same random model of ``--family`` (``qwen3_vl``, ``qwen2_5_vl``, ``qwen2_vl`` or
+``glm4v``; text: ``--hidden`` wide, ``--layers`` layers, 8 heads, 4 k/v heads, vocabulary 2048; a
+1-block vision tower) in fp32, then does one forward and backward of the trainer's loss on a single
+text sequence of ``--length`` tokens packed as one sample, its first quarter a prompt without labels
+(so SP=1 runs transformers' own SDPA path and SP=2 vlforge's Ulysses attention). Reported per rank:
+the peak resident memory of the forward+backward above the resident memory just before it
+(``resource.getrusage`` ``ru_maxrss`` after minus ``ru_maxrss`` before; the process peak so far is
+the model and the inputs), the loss (the two runs must agree) and the wall time. Every number is
+measured in this run.
+
+glibc's malloc keeps freed blocks of up to its (dynamic) mmap threshold in the heap, so the resident
+peak depends on the order of allocations as well as on the live tensors; with
+``MALLOC_MMAP_THRESHOLD_=65536`` in the environment every large tensor is its own mapping and the
+peak follows the live tensors (``malloc_mmap_threshold`` in the JSON says which was measured).
 
 Run:
-    .venv/bin/python benchmarks/sp_memory.py                    # about a minute on 2 cores
-    .venv/bin/python benchmarks/sp_memory.py --length 8192 --hidden 512
+    .venv/bin/python benchmarks/sp_memory.py                    # about 20 s on 2 cores
+    .venv/bin/python benchmarks/sp_memory.py --family qwen2_5_vl --length 8192 --hidden 512
+    MALLOC_MMAP_THRESHOLD_=65536 .venv/bin/python benchmarks/sp_memory.py
 """
 
 from __future__ import annotations
@@ -30,20 +38,38 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _model(hidden: int, layers: int):
+FAMILIES = ("qwen3_vl", "qwen2_5_vl", "qwen2_vl", "glm4v")
+
+
+def _model(family: str, hidden: int, layers: int):
     import torch
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+    import transformers
 
     torch.manual_seed(0)
     text = {"hidden_size": hidden, "intermediate_size": 2 * hidden, "num_hidden_layers": layers,
             "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": hidden // 8, "vocab_size": 2048,
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}}
-    vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": hidden,
-              "deepstack_visual_indexes": [0]}
-    config = Qwen3VLConfig(text_config=text, vision_config=vision)
+    vision = {"depth": 1, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": hidden}
+    half = hidden // 16  # the Qwen2 families' mrope sections cover half a head (Qwen3-VL's: a quarter, as GLM-4V's)
+    if family in ("qwen2_5_vl", "qwen2_vl"):
+        text["rope_parameters"]["mrope_section"] = [half // 4, 3 * half // 8, half - half // 4 - 3 * half // 8]
+    if family == "qwen3_vl":
+        vision["deepstack_visual_indexes"] = [0]
+        names = ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration")
+    elif family == "qwen2_5_vl":
+        vision["fullatt_block_indexes"] = [0]
+        names = ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration")
+    elif family == "qwen2_vl":
+        vision = {"depth": 1, "embed_dim": 32, "hidden_size": hidden, "mlp_ratio": 2, "num_heads": 2}
+        names = ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration")
+    else:
+        text["rope_parameters"] = {**text["rope_parameters"], "partial_rotary_factor": 0.5}
+        names = ("Glm4vConfig", "Glm4vForConditionalGeneration")
+    config_class, model_class = (getattr(transformers, name) for name in names)
+    config = config_class(text_config=text, vision_config=vision)
     config._attn_implementation = "sdpa"
     config.text_config._attn_implementation = "sdpa"
-    model = Qwen3VLForConditionalGeneration(config)
+    model = model_class(config)
     model.train()
     return model
 
@@ -69,9 +95,9 @@ def worker(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     ctx = init_distributed()
-    model = _model(args.hidden, args.layers)
+    model = _model(args.family, args.hidden, args.layers)
     batch = _batch(args.length)
-    state = setup_sequence_parallel(model, "qwen3_vl", ctx.world_size, ctx) if ctx.world_size > 1 else None
+    state = setup_sequence_parallel(model, args.family, ctx.world_size, ctx) if ctx.world_size > 1 else None
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     if state is None:
@@ -96,7 +122,7 @@ def _port() -> int:
 
 def _launch(args: argparse.Namespace, nproc: int) -> list[dict]:
     out = tempfile.mkdtemp(prefix=f"sp-memory-{nproc}-")
-    flags = ["--worker", "--length", str(args.length), "--hidden", str(args.hidden), "--layers", str(args.layers),
+    flags = ["--worker", "--family", args.family, "--length", str(args.length), "--hidden", str(args.hidden), "--layers", str(args.layers),
              "--out", out]
     if nproc == 1:
         command = [sys.executable, __file__, *flags]
@@ -114,6 +140,7 @@ def _launch(args: argparse.Namespace, nproc: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--family", choices=FAMILIES, default="qwen3_vl")
     parser.add_argument("--length", type=int, default=4096)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=4)
@@ -124,7 +151,8 @@ def main() -> None:
         worker(args)
         return
     one, two = _launch(args, 1), _launch(args, 2)
-    result = {"length": args.length, "hidden": args.hidden, "layers": args.layers, "sp1": one, "sp2": two,
+    result = {"family": args.family, "length": args.length, "hidden": args.hidden, "layers": args.layers,
+              "malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"), "sp1": one, "sp2": two,
               "peak_ratio_sp2_over_sp1": round(max(r["peak_rss_delta_mib"] for r in two)
                                                / max(one[0]["peak_rss_delta_mib"], 1e-9), 3),
               "loss_rel_diff": abs(two[0]["loss"] - one[0]["loss"]) / abs(one[0]["loss"])}
