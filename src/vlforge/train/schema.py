@@ -436,7 +436,8 @@ class TrainConfig(Section):
     checkpointing: CheckpointingConfig = Field(default_factory=CheckpointingConfig)
     """Checkpoints and resume."""
     sp_ulysses_degree: int = Field(default=1, ge=1)
-    """Ulysses sequence-parallel degree (Qwen3-VL): ranks that split one sequence; divides processes and heads."""
+    """Ulysses sequence-parallel degree (Qwen3-VL, Qwen2.5-VL, Qwen2-VL, GLM-4V): ranks that split one sequence;
+    divides processes and heads."""
     use_liger_kernel: bool = False
     """Use Liger fused kernels when liger-kernel is installed."""
     use_rmpad: bool = False
