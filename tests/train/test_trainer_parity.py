@@ -6,7 +6,7 @@ import pytest
 import torch
 from trainkit import tiny_config
 
-from vlforge.train.loss import IGNORE_INDEX, label_count, model_inputs, target_mask, token_loss_sum
+from vlforge.train.loss import IGNORE_INDEX, label_count, model_inputs, packed_kwargs, target_mask, token_loss_sum
 from vlforge.train.schema import TrainConfig
 from vlforge.train.trainer import Trainer
 
@@ -55,11 +55,11 @@ def test_packed_rows_equal_separate_samples_in_loss_and_grads(tmp_path, checkpoi
     scale = max(float(g.abs().max()) for g in grads_separate.values())
     assert worst <= 1e-4 * scale, (worst, scale)
 
-    # Negative control: with the KV cache on, transformers lets the samples of a row attend to each other.
+    # Negative control: without the row's sample boundaries the samples of a row attend to each other.
     model = packed.model
     inputs = model_inputs(row, "cpu")
     with torch.no_grad():
-        isolated = model(**inputs, use_cache=False).logits
+        isolated = model(**inputs, **packed_kwargs(row, "cpu"), use_cache=False).logits
         crossed = model(**inputs).logits
     assert not torch.allclose(isolated, crossed, atol=1e-4)
 

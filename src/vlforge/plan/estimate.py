@@ -109,7 +109,7 @@ def workload(cfg: Any, model_config: Any, *, sample_length: int | None = None, l
     if packing.packing:
         tokens, rows, segments = packing.packing_length, 1, max(1, packing.packing_length // (sample_length or 1024))
         micro = cfg.training.gradient_accumulation_steps * batch
-        masked = True
+        masked = False  # packed rows: per-sample attention (vlforge.models.varlen or flash-attn), no mask
     else:
         length = sample_length or packing.max_length or (packing.packing_length if packing.filter_overlong else None)
         if length is None:
@@ -234,10 +234,10 @@ def _text_activations(cfg: Any, model: torch.nn.Module, load: Workload, dtype: t
     length = load.tokens // load.rows
     local = math.ceil(length / sp)
     # under SP every rank attends over the whole row with heads / sp heads, per sample (no mask)
-    masked = load.masked and sp == 1
+    masked = load.masked and sp == 1 and cfg.resolved_attn_implementation() == "sdpa"
     cost = attention_cost(device, dtype, causal=True, masked=masked)
     attn = cost.layer_bytes(heads=math.ceil(heads / sp), head_dim=head_dim, length=length,
-                            segments=load.segments if sp > 1 else 1) * load.rows
+                            segments=load.segments) * load.rows
     layer = text_layer_bytes(model, local, dtype) * load.rows
     trains = any(p.requires_grad for p in layers.parameters())
     if cfg.model.gradient_checkpointing and trains:

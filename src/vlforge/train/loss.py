@@ -66,6 +66,14 @@ def model_inputs(batch: dict[str, Any], device: torch.device | str, float_dtype:
     return inputs
 
 
+def packed_kwargs(batch: dict[str, Any], device: torch.device | str) -> dict[str, Any]:
+    """A packed row's sample boundaries as transformers' own attention keywords (``cu_seq_lens_q`` ...), read by
+    :mod:`vlforge.models.varlen` and flash-attention; other kernels ignore them."""
+    cu = batch["cu_seqlens"].to(device=device, dtype=torch.int32)
+    longest = int(batch.get("max_seqlen") or int((cu[1:] - cu[:-1]).max()))
+    return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
+
+
 def token_loss_sum(model: torch.nn.Module, batch: dict[str, Any], device: torch.device | str,
                    float_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Sum (fp32) of the cross-entropy of every predicted label token of ``batch``.
@@ -82,6 +90,7 @@ def token_loss_sum(model: torch.nn.Module, batch: dict[str, Any], device: torch.
         if batch["input_ids"].shape[0] != 1:
             raise ValueError("a packed batch must be one row")
         inputs.pop("attention_mask", None)
+        inputs.update(packed_kwargs(batch, device))
     out = model(**inputs, use_cache=False, logits_to_keep=full.to(device))
     logits = out.logits.reshape(-1, out.logits.shape[-1])
     return F.cross_entropy(logits.float(), targets, reduction="sum")

@@ -150,6 +150,10 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
+    if cfg.packing.packing and cfg.resolved_attn_implementation() == "sdpa":
+        from vlforge.models.varlen import use_for_text
+
+        use_for_text(model)  # per-sample attention for packed rows, no dense L x L mask (flash-attn absent)
     if cfg.model.lora is not None:
         model = apply_lora(model, cfg.model.lora)
         if cfg.model.freeze_modules:  # adapters inside frozen modules stay frozen too

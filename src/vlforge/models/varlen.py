@@ -1,0 +1,115 @@
+"""Per-sample attention for packed rows without flash-attn: no dense mask across samples, on CPU and CUDA.
+
+Registered with transformers as attention implementation ``vlforge_varlen`` (and a mask function that builds
+no ``L x L`` mask). A packed row's sample boundaries arrive as transformers' own ``cu_seq_lens_q`` keyword
+(the one its flash-attention path reads); each sample then attends causally to itself only, through
+``torch.nn.attention.varlen.varlen_attn`` on CUDA where the installed torch has it (bf16/fp16), else one
+``scaled_dot_product_attention`` call per sample. Without ``cu_seq_lens_q`` a row is one causal sequence; a
+padding mask falls back to transformers' SDPA path. Memory grows with the sum of the samples' squared
+lengths at most (SDPA's math kernel), never with the row's, and the dense-mask kernels are never used.
+
+Example:
+    >>> import torch
+    >>> q = k = v = torch.randn(1, 2, 6, 4)
+    >>> out, _ = varlen_attention(None, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 2, 6]))
+    >>> first = torch.nn.functional.scaled_dot_product_attention(q[:, :, :2], k[:, :, :2], v[:, :, :2], is_causal=True)
+    >>> torch.allclose(out[:, :2].transpose(1, 2), first)
+    True
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from torch.nn import functional as F
+
+logger = logging.getLogger(__name__)
+
+ATTENTION_NAME = "vlforge_varlen"
+
+
+def _bounds(cu_seqlens: torch.Tensor, length: int) -> list[tuple[int, int]]:
+    cu = [int(x) for x in cu_seqlens.tolist()]
+    out = [(a, b) for a, b in zip(cu, cu[1:], strict=False) if b > a]
+    if cu[-1] < length:  # a pad tail (pad_to_packing_length): its tokens attend to themselves only, causally
+        out.append((cu[-1], length))
+    return out
+
+
+def _cuda_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, scale: float | None) -> Any:
+    """(L, H, D) packed varlen attention through torch's own kernel, or None where it cannot run."""
+    if q.device.type != "cuda" or q.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    cu32 = cu.to(device=q.device, dtype=torch.int32)
+    longest = int((cu32[1:] - cu32[:-1]).max())
+    return varlen_attn(q, k, v, cu32, cu32, longest, longest, is_causal=True, scale=scale)
+
+
+def varlen_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                     **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """(B, H, L, D) q/k/v in, (B, L, H, D) out; see the module docstring."""
+    cu = kwargs.get("cu_seq_lens_q")
+    if attention_mask is not None or (cu is None and query.shape[0] != 1) or dropout:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
+    heads, kv_heads = query.shape[1], key.shape[1]
+    if kv_heads != heads:
+        key = key.repeat_interleave(heads // kv_heads, dim=1)
+        value = value.repeat_interleave(heads // kv_heads, dim=1)
+    length = query.shape[2]
+    if cu is None:
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
+        return out.transpose(1, 2).contiguous(), None
+    bounds = _bounds(cu, length)
+    if bounds == [(0, length)]:
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
+        return out.transpose(1, 2).contiguous(), None
+    if int(cu[-1]) == length:
+        fused = _cuda_varlen(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1), cu, scaling)
+        if fused is not None:
+            return fused[None], None
+    pieces = [F.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True,
+                                             scale=scaling) for a, b in bounds]
+    return torch.cat(pieces, dim=2).transpose(1, 2).contiguous(), None
+
+
+def _no_mask(*args: Any, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> Any:
+    """Build no dense mask; a real padding mask goes through transformers' SDPA mask builder."""
+    if attention_mask is not None and not bool(attention_mask.all()):
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+        return ALL_MASK_ATTENTION_FUNCTIONS["sdpa"](*args, attention_mask=attention_mask, **kwargs)
+    return None
+
+
+def register() -> str:
+    """Register the attention and its mask builder with transformers (idempotent); returns the name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTENTION_NAME, varlen_attention)
+    AttentionMaskInterface.register(ATTENTION_NAME, _no_mask)
+    return ATTENTION_NAME
+
+
+def use_for_text(model: torch.nn.Module) -> bool:
+    """Switch the text decoder of ``model`` to :data:`ATTENTION_NAME` (the vision tower keeps its own); False when
+    the model has no separate text config to switch."""
+    register()
+    config = getattr(model, "config", None)
+    text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else None
+    if text is None:
+        return False
+    text._attn_implementation = ATTENTION_NAME
+    logger.info("packed rows: per-sample attention (%s: %s)", ATTENTION_NAME,
+                "torch varlen kernel on CUDA bf16/fp16, else one SDPA call per sample")
+    return True

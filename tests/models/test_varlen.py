@@ -1,0 +1,99 @@
+"""Packed rows through vlforge_varlen: the same loss and gradients as transformers' dense-mask SDPA path and as
+one forward per sample, on the real tiny models; never an L x L mask."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from vlforge.models.varlen import ATTENTION_NAME, register, use_for_text, varlen_attention
+
+
+def _packed_batch(family: str, tokenizer):
+    from vlforge.data import DataConfig, DataStream, QwenVLProcessor, VisionSettings
+
+    settings = VisionSettings.for_family(family, min_pixels=32 * 32, max_pixels=64 * 64, video_min_pixels=16 * 16,
+                                         video_max_pixels=64 * 64)
+    proc = QwenVLProcessor(tokenizer, settings, family)
+    cfg = DataConfig(datasets="dataset.yaml", packing=True, packing_length=1200)
+    for batch in DataStream(cfg, proc, base_dir="examples/data"):
+        if len(batch["sample_ids"]) >= 3 and "pixel_values" in batch:
+            return batch
+    raise AssertionError("no packed row with 3 samples and an image")
+
+
+def _loss_and_grads(model, batch, cu: bool):
+    from vlforge.train.loss import token_loss_sum
+
+    model.zero_grad(set_to_none=True)
+    if not cu:
+        batch = {k: v for k, v in batch.items() if k != "cu_seqlens"}
+        batch["attention_mask"] = None
+    loss = token_loss_sum(model, batch, "cpu")
+    loss.backward()
+    return float(loss), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen2_5_vl"])
+def test_packed_row_equals_the_dense_mask_path(family, monkeypatch):
+    from vlforge.models.load import load
+    from vlforge.models.tokenizer import qwen3_tokenizer
+
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[2])
+    batch = _packed_batch(family, qwen3_tokenizer())
+    model = load(f"tiny:{family}", dtype="float32").model
+    dense_model = copy.deepcopy(model)
+    reference = _loss_and_grads(dense_model, dict(batch), cu=True)  # transformers' sdpa + block-diagonal mask
+    assert use_for_text(model)
+    assert model.config.get_text_config()._attn_implementation == ATTENTION_NAME
+    loss, grads = _loss_and_grads(model, dict(batch), cu=True)
+    assert loss == pytest.approx(reference[0], rel=1e-5)
+    scale = max(float(g.abs().max()) for g in reference[1].values())
+    assert max(float((grads[k] - reference[1][k]).abs().max()) for k in grads) <= 1e-5 * scale
+
+
+def test_samples_never_see_each_other_and_no_dense_mask_is_built():
+    register()
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 10, 8, requires_grad=True) for _ in range(3))
+    cu = torch.tensor([0, 3, 7, 10])
+    out, _ = varlen_attention(None, q, k, v, None, cu_seq_lens_q=cu)
+    for a, b in [(0, 3), (3, 7), (7, 10)]:
+        alone = torch.nn.functional.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b],
+                                                                 is_causal=True)
+        assert torch.allclose(out[:, a:b].transpose(1, 2), alone, atol=1e-6)
+    k2 = k.detach().clone()
+    k2[:, :, 3:7] += 100  # another sample's keys change: the first sample's output must not
+    out2, _ = varlen_attention(None, q, k2, v, None, cu_seq_lens_q=cu)
+    assert torch.equal(out2[:, :3], out[:, :3]) and not torch.allclose(out2[:, 3:7], out[:, 3:7])
+    from vlforge.plan.probe import saved_bytes
+
+    kept = saved_bytes(lambda: varlen_attention(None, q, k, v, None, cu_seq_lens_q=cu))[0]
+    assert kept < 4 * 10 * 10 * 4 * 4  # far below one fp32 (heads x L x L) score tensor per head group
+
+
+def test_grouped_kv_heads_and_a_pad_tail():
+    torch.manual_seed(1)
+    q = torch.randn(1, 4, 9, 8)
+    k, v = torch.randn(1, 2, 9, 8), torch.randn(1, 2, 9, 8)
+    out, _ = varlen_attention(None, q, k, v, None, cu_seq_lens_q=torch.tensor([0, 5, 7]))  # tokens 7-8: pad tail
+    rep = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    tail = torch.nn.functional.scaled_dot_product_attention(q[:, :, 7:], rep[0][:, :, 7:], rep[1][:, :, 7:],
+                                                            is_causal=True)
+    assert torch.allclose(out[:, 7:].transpose(1, 2), tail, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_bf16_packed_row_equals_one_sdpa_call_per_sample():
+    """On CUDA the torch varlen kernel (where the installed torch has it) gives each sample's own attention."""
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 8, 300, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    cu = torch.tensor([0, 100, 180, 300], device="cuda")
+    out, _ = varlen_attention(None, q, k, v, None, cu_seq_lens_q=cu)
+    for a, b in [(0, 100), (100, 180), (180, 300)]:
+        alone = torch.nn.functional.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b],
+                                                                 is_causal=True)
+        assert torch.allclose(out[:, a:b].transpose(1, 2).float(), alone.float(), atol=2e-2)
