@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import logging
 from typing import Any
 
@@ -32,7 +33,7 @@ ATTENTION_NAME = "vlforge_varlen"
 
 def _bounds(cu_seqlens: torch.Tensor, length: int) -> list[tuple[int, int]]:
     cu = [int(x) for x in cu_seqlens.tolist()]
-    out = [(a, b) for a, b in zip(cu, cu[1:], strict=False) if b > a]
+    out = [(a, b) for a, b in itertools.pairwise(cu) if b > a]
     if cu[-1] < length:  # a pad tail (pad_to_packing_length): its tokens attend to themselves only, causally
         out.append((cu[-1], length))
     return out
