@@ -6,7 +6,14 @@ import pytest
 import torch
 from trainkit import tiny_config
 
-from vlforge.train.loss import IGNORE_INDEX, label_count, model_inputs, packed_kwargs, target_mask, token_loss_sum
+from vlforge.train.loss import (
+    IGNORE_INDEX,
+    label_count,
+    model_inputs,
+    packed_kwargs,
+    target_mask,
+    token_loss_sum,
+)
 from vlforge.train.schema import TrainConfig
 from vlforge.train.trainer import Trainer
 
