@@ -154,3 +154,17 @@ def test_resharded_resume_with_shuffle_uses_every_record_once(make_processor, tm
     assert sorted(heads + tails) == sorted({tuple(i) for b in DataStream(cfg, proc, base_dir=tmp_path)
                                             for i in b["sample_ids"]})
     assert len(heads + tails) == 60
+
+
+def test_resuming_with_shuffle_switched_is_one_clear_error(make_processor, tmp_path):
+    from vlforge.errors import DataError
+
+    write_jsonl(tmp_path / "t.jsonl", text_records(12))
+    cfg = DataConfig(datasets=[{"path": "t.jsonl"}], shuffle=True)
+    proc = make_processor()
+    for saved, resumed in ((cfg, cfg.model_copy(update={"shuffle": False})),
+                           (cfg.model_copy(update={"shuffle": False}), cfg)):
+        stream = DataStream(saved, proc, base_dir=tmp_path)
+        next(stream)
+        with pytest.raises(DataError, match="resume with the same data.shuffle"):
+            DataStream(resumed, proc, base_dir=tmp_path).load_state_dict(stream.state_dict())

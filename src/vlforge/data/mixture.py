@@ -83,6 +83,9 @@ class Mixture:
                 "ended": list(self.ended), "sources": [s.state_dict() for s in self.sources]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "sources" not in state:
+            raise DataError("the resume state was saved with data.shuffle true; resume with the same data.shuffle "
+                            "(or start a new run)")
         if len(state["sources"]) != len(self.sources):
             raise DataError(f"resume state has {len(state['sources'])} sources, the config {len(self.sources)}")
         version, internal, gauss = state["rng"]

@@ -31,6 +31,7 @@ from typing import Any
 
 from vlforge.data.errors import SampleError
 from vlforge.data.sources import RawRecord, Source
+from vlforge.errors import DataError
 
 
 def _rng(*parts: object) -> random.Random:
@@ -151,6 +152,9 @@ class ShuffleBuffer:
                 "fill_epoch": self.fill_epoch, "exhausted": self.exhausted}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if "inner" not in state:
+            raise DataError("the resume state was saved with data.shuffle false; resume with the same data.shuffle "
+                            "(or start a new run)")
         self.inner.load_state_dict(state["inner"])
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))

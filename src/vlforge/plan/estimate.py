@@ -245,8 +245,7 @@ def _text_activations(cfg: Any, model: torch.nn.Module, load: Workload, dtype: t
     else:
         kept = len(layers) * (layer + attn)
     shared = cost.shared_bytes(length) * load.rows
-    embeddings = load.tokens * tc.hidden_size * dtype.itemsize  # every rank embeds the whole row
-    return int(kept + shared + embeddings + loss_bytes(model, math.ceil(load.labels / sp), dtype))
+    return int(kept + shared + loss_bytes(model, math.ceil(load.labels / sp), dtype))
 
 
 def _vision_activations(cfg: Any, model: torch.nn.Module, load: Workload, dtype: torch.dtype,
