@@ -166,5 +166,5 @@ def test_resuming_with_shuffle_switched_is_one_clear_error(make_processor, tmp_p
                            (cfg.model_copy(update={"shuffle": False}), cfg)):
         stream = DataStream(saved, proc, base_dir=tmp_path)
         next(stream)
-        with pytest.raises(DataError, match="resume with the same data.shuffle"):
+        with pytest.raises(DataError, match=r"resume with the same data\.shuffle"):
             DataStream(resumed, proc, base_dir=tmp_path).load_state_dict(stream.state_dict())
