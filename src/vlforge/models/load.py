@@ -3,6 +3,9 @@
 Sources, tried in this order:
 - ``tiny:FAMILY[+untied][@SEED]`` - a tiny checkpoint (see :mod:`vlforge.models.tiny`), written once
   into ``$VLFORGE_CACHE_DIR/tiny/`` (default ``~/.cache/vlforge/tiny/``) and then loaded from disk.
+- ``real:NAME[@SEED]`` - a real-size preset (see :mod:`vlforge.models.presets`): its directory holds the
+  config, tokenizer and processor only (no weights); :func:`load` builds the model with random weights after
+  checking that they fit in the memory of the target device.
 - a local directory holding ``config.json``;
 - anything else that looks like ``org/name`` - a Hugging Face Hub id (fetched with
   ``huggingface_hub.snapshot_download``; without network this is a :class:`ModelLoadError`).
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
 from vlforge.errors import ConfigError, ModelLoadError
 from vlforge.models import tiny
 from vlforge.models.compat import ensure_processor_support
-from vlforge.models.refs import DTYPE_NAMES, PRESET_PREFIX, local_checkpoint, parse_preset
+from vlforge.models.refs import DTYPE_NAMES, PRESET_PREFIX, REAL_PREFIX, local_checkpoint, parse_preset
 
 logger = logging.getLogger(__name__)
 
@@ -129,11 +132,42 @@ def _locked(lock_path: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+REAL_MARKER = "vlforge_real.json"
+
+
+def real_preset_path(preset: str) -> Path:
+    """Cache directory of a ``real:`` preset: config.json, tokenizer and processor files, no weights."""
+    from vlforge.models import presets
+
+    name, spec, _seed = presets.parse_real(preset)
+    import transformers
+
+    fingerprint = json.dumps([spec._asdict(), transformers.__version__, tiny.FILES_VERSION], sort_keys=True)
+    path = cache_dir() / "real" / f"{name}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:10]}"
+    if not (path / REAL_MARKER).is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _locked(path.parent / f".{path.name}.lock"):
+            if not (path / REAL_MARKER).is_file():
+                from vlforge.outputs import staged_dir
+
+                tokenizer = tiny.build_tokenizer(spec.family)
+                config = presets.real_config(name, tokenizer)
+                processor = tiny.build_processor(spec.family, tokenizer)
+                with staged_dir(path, writer="real") as staging:
+                    config.save_pretrained(staging)
+                    processor.save_pretrained(staging)
+                    marker = {"preset": name, "checkpoint": spec.checkpoint, "weights": "random at load time"}
+                    (staging / REAL_MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
+    return path
+
+
 def resolve(path_or_preset: str | os.PathLike[str]) -> Path:
     """The local checkpoint directory of a preset, a directory or a hub id."""
     text = os.fspath(path_or_preset)
     if text.startswith(PRESET_PREFIX):
         return preset_path(text)
+    if text.startswith(REAL_PREFIX):
+        return real_preset_path(text)
     local = local_checkpoint(text)
     if local is not None:
         return local
@@ -190,13 +224,16 @@ def load(
     except Exception as error:
         raise ModelLoadError(f"cannot read {path / 'config.json'}: {error}") from error
     model_class = _model_class(config)
-    kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
-    if attn_implementation is not None:
-        kwargs["attn_implementation"] = attn_implementation
-    try:
-        model = model_class.from_pretrained(path, **kwargs)
-    except Exception as error:
-        raise ModelLoadError(f"cannot load the model in {path} with {model_class.__name__}: {error}") from error
+    if source.startswith(REAL_PREFIX):
+        model = _random_real(source, config, model_class, torch_dtype, torch_device, attn_implementation)
+    else:
+        kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+        if attn_implementation is not None:
+            kwargs["attn_implementation"] = attn_implementation
+        try:
+            model = model_class.from_pretrained(path, **kwargs)
+        except Exception as error:
+            raise ModelLoadError(f"cannot load the model in {path} with {model_class.__name__}: {error}") from error
     model = model.to(torch_device).eval()
 
     loaded_processor = tokenizer = None
@@ -224,6 +261,50 @@ def load(
         path=path,
         family=config.model_type,
     )
+
+
+def available_bytes(device: torch.device) -> int:
+    """Free memory of ``device``: CUDA's free bytes, else the host's MemAvailable (or free physical pages)."""
+    import torch
+
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def _random_real(source: str, config: Any, model_class: Any, dtype: Any, device: Any,
+                 attn_implementation: str | None) -> Any:
+    """A real-size preset with random weights (seeded), refused when its weights would not fit ``device``."""
+    import torch
+
+    from vlforge.models.presets import parse_real
+
+    name, spec, seed = parse_real(source)
+    dtype = torch.float32 if dtype == "auto" else dtype
+    needed = int(spec.published_params * dtype.itemsize * 1.1)  # weights + ~10% for buffers and init temporaries
+    free = available_bytes(device)
+    if needed > free:
+        raise ModelLoadError(
+            f"{source}: the {dtype_label(dtype)} weights need about {needed / 2**30:.1f} GiB but {device} has "
+            f"{free / 2**30:.1f} GiB available; use a smaller preset, dtype=bf16, or plan it with `vlforge plan`"
+        )
+    if attn_implementation is not None:
+        config._attn_implementation = attn_implementation
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(seed)
+        return model_class.from_config(config, dtype=dtype)
+
+
+def dtype_label(dtype: Any) -> str:
+    """``torch.bfloat16`` -> ``bf16`` (for messages)."""
+    return {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16"}.get(str(dtype), str(dtype))
 
 
 def resolve_device(device: str) -> torch.device:

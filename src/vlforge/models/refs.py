@@ -1,7 +1,7 @@
 """Model references and dtype names, checked without torch or transformers (so a typo costs < 1 s).
 
 A model reference is a local checkpoint directory (holding ``config.json``), a ``tiny:FAMILY[+untied][@SEED]``
-preset, or an ``org/name`` hub id. :func:`check_model_ref` refuses what :func:`vlforge.models.load.resolve`
+preset, a ``real:NAME[@SEED]`` real-size preset (:mod:`vlforge.models.presets`), or an ``org/name`` hub id. :func:`check_model_ref` refuses what :func:`vlforge.models.load.resolve`
 would refuse, with the same message, before anything heavy is imported.
 
 Example:
@@ -23,6 +23,7 @@ from typing import NamedTuple
 from vlforge.errors import ConfigError, ModelLoadError
 
 PRESET_PREFIX = "tiny:"
+REAL_PREFIX = "real:"
 _PRESET = re.compile(r"^tiny:(?P<family>[a-z0-9_]+)(?P<untied>\+untied)?(?:@(?P<seed>-?\d+))?$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 DTYPE_NAMES = {
@@ -72,7 +73,7 @@ def local_checkpoint(text: str) -> Path | None:
             raise ModelLoadError(f"{path} has no config.json; it is not a Hugging Face checkpoint directory")
         return path.absolute()
     if not _HUB_ID.match(text) or text.startswith((".", "~")):
-        raise ModelLoadError(f"{path} does not exist (and is neither a tiny: preset nor an org/name hub id)")
+        raise ModelLoadError(f"{path} does not exist (and is neither a tiny:/real: preset nor an org/name hub id)")
     return None
 
 
@@ -81,6 +82,10 @@ def check_model_ref(ref: str | os.PathLike[str]) -> None:
     text = os.fspath(ref)
     if text.startswith(PRESET_PREFIX):
         parse_preset(text)
+    elif text.startswith(REAL_PREFIX):
+        from vlforge.models.presets import parse_real
+
+        parse_real(text)
     else:
         local_checkpoint(text)
 
@@ -90,6 +95,10 @@ def model_family(ref: str | os.PathLike[str]) -> str | None:
     text = os.fspath(ref)
     if text.startswith(PRESET_PREFIX):
         return parse_preset(text).family
+    if text.startswith(REAL_PREFIX):
+        from vlforge.models.presets import parse_real
+
+        return parse_real(text)[1].family
     local = local_checkpoint(text)
     if local is None:
         return None
