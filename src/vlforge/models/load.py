@@ -286,7 +286,7 @@ def _random_real(source: str, config: Any, model_class: Any, dtype: Any, device:
 
     from vlforge.models.presets import parse_real
 
-    name, spec, seed = parse_real(source)
+    _name, spec, seed = parse_real(source)
     dtype = torch.float32 if dtype == "auto" else dtype
     needed = int(spec.published_params * dtype.itemsize * 1.1)  # weights + ~10% for buffers and init temporaries
     free = available_bytes(device)
