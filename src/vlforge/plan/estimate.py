@@ -16,7 +16,8 @@ The parts, per rank (``shard`` = the ranks FSDP2 shards over; 1 in one process):
   reduce buffers.
 
 Peak = parameters + gathered + optimizer + (gradients + activations when gradients accumulate over
-micro-batches, else the larger of activations + the first gradients and all gradients) + temporary.
+micro-batches, else the larger of activations + the first gradients and all gradients, plus a tied embedding's
+second, table-sized gradient at the end of the backward) + temporary.
 
 Example:
     >>> from vlforge.train.config import load_config
@@ -215,12 +216,17 @@ def estimate_memory(cfg: Any, model_config: Any, *, world: int = 1, device: torc
     labels_here = math.ceil(load.labels / sp)
     # the cross-entropy's backward holds the gradient of its log-softmax output and of the logits at once (fp32)
     parts["temporary"] = 2 * labels_here * vocab * 4 + (2 * unit * 4 if sharded else 0)
+    # a tied embedding gets its gradient twice: the embedding's backward builds a dense table-sized gradient before
+    # adding it to the lm_head's, at the end of the backward when all other gradients exist
+    embed = model.get_input_embeddings()
+    tied = head is not None and embed is not None and head.weight is embed.weight and embed.weight.requires_grad
+    tied_extra = embed.weight.numel() * (4 if sharded else mb) if tied else 0
     acts = parts["activations"] + parts["vision_activations"]
     static = parts["parameters"] + parts.get("gathered_weights", 0) + parts.get("cast_weights", 0) + parts["optimizer"]
     if load.micro_batches > 1:
-        moving = parts["gradients"] + acts
+        moving = parts["gradients"] + max(acts, tied_extra)
     else:
-        moving = max(acts + head_grad, parts["gradients"])
+        moving = max(acts + head_grad, parts["gradients"] + tied_extra)
     peak = static + moving + parts["temporary"]
     return MemoryEstimate(parts, int(peak), load, total, trainable, world, shard, sp)
 

@@ -32,17 +32,18 @@ STANDIN = "vlforge_plan_standin"
 
 def saved_bytes(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
     """``(bytes autograd saves while running fn(*args, **kwargs), its result)``."""
-    seen: dict[int, int] = {}
+    seen: dict[int, tuple[torch.Tensor, int]] = {}  # the tensor is held so that its id is not reused
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         base = t._base if t._base is not None else t
         if not isinstance(base, torch.nn.Parameter) and not isinstance(t, torch.nn.Parameter):
-            seen[id(base)] = max(seen.get(id(base), 0), base.numel() * base.element_size())
+            size = base.numel() * base.element_size()
+            seen[id(base)] = (base, max(seen.get(id(base), (None, 0))[1], size))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn(*args, **kwargs)
-    return sum(seen.values()), out
+    return sum(size for _, size in seen.values()), out
 
 
 def _standin(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
