@@ -42,7 +42,6 @@ def test_tiny_suite_runs_every_section_on_this_machine(tmp_path):
 def test_mfu_formula_counts_parameters_and_causal_context():
     sys.path.insert(0, str(REPO / "benchmarks"))
     from gpu_suite import flops_per_token, peak_tflops
-
     from vlforge.models.presets import meta_model
 
     model = meta_model("tiny:qwen3_vl")
