@@ -12,9 +12,9 @@ Sections (every one measured on this machine; nothing is estimated except MFU's 
   it, gradient checkpointing, AdamW, packed text rows (8192 tokens of 4 samples at real size on
   real:qwen3_vl_2b, 512 at tiny) through vlforge's per-sample attention; tokens/s, peak memory and MFU =
   achieved FLOP/s over the device's peak bf16 dense FLOP/s (table :data:`PEAK_BF16_TFLOPS`, null with a reason
-  when the device is not in it or is a CPU). FLOPs per token = 6 x parameters (embedding lookups excluded)
-  + 12 x layers x attention width x mean causal context; recomputation by checkpointing is not counted (MFU, not
-  HFU).
+  when the device is not in it or is a CPU). FLOPs per token = 6 x parameters of the text decoder and lm_head
+  (embedding lookups excluded; text-only rows leave the vision tower idle) + 12 x layers x attention width x mean
+  causal context; recomputation by checkpointing is not counted (MFU, not HFU).
 - ``extraction``: ``run_extract`` samples/s on generated images (benchmarks/extract.py's ``make_images``).
 
 Timing uses CUDA events on CUDA (behind ``torch.cuda.is_available()``) and ``time.perf_counter`` on CPU.
@@ -250,10 +250,13 @@ def peak_tflops(device: torch.device) -> tuple[float | None, str]:
 
 
 def flops_per_token(model: nn.Module, lengths: list[int]) -> float:
-    """6 x parameters (embedding tables excluded) + 12 x layers x attention width x mean causal context."""
+    """6 x (text decoder parameters without the embedding table + lm_head) + 12 x layers x attention width x mean
+    causal context. The rows carry no images, so the vision tower's parameters do no work and are not counted."""
     text = model.config.get_text_config()
-    embeddings = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
-    params = sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
+    decoder = model.get_decoder()
+    table = {id(p) for p in decoder.get_input_embeddings().parameters()}
+    params = sum(p.numel() for p in decoder.parameters() if id(p) not in table)
+    params += sum(p.numel() for p in model.get_output_embeddings().parameters())  # a tied head still multiplies
     width = text.num_attention_heads * getattr(text, "head_dim", text.hidden_size // text.num_attention_heads)
     context = sum(n * n for n in lengths) / (2 * sum(lengths))  # mean number of keys a causal query sees
     return 6.0 * params + 12.0 * text.num_hidden_layers * width * context
@@ -378,23 +381,23 @@ def markdown(report: dict[str, Any]) -> str:
     device = env.get("gpu") or env.get("cpu_model")
     lines = [f"GPU suite (`--size {report['size']}`), {device}, torch {env['torch']}, CUDA {env['cuda']}, "
              f"cuDNN {env['cudnn_runtime']}, {env['utc']}", "", "| measurement | value |", "|---|---|"]
-    for key, entry in report["patch_op"].items():
+    for key, entry in report.get("patch_op", {}).items():
         for mode in ("forward", "forward_backward"):
             e = entry[mode]
             lines.append(f"| patch {key} {mode}: conv3d / patched / linear ms | {e['conv3d_ms']} / {e['patched_ms']} / "
                          f"{e['linear_ms']} (patched/linear {e['patched_over_linear']}) |")
-    tower = report["vision_tower"]
-    for mode in ("forward", "forward_backward"):
-        e = tower[mode]
-        lines.append(f"| tower {tower['preset']} {tower['dtype']} {mode}: stock / patched ms | {e['stock_ms']} / "
-                     f"{e['patched_ms']} (x{e['stock_over_patched']}) |")
-    t = report["training"]
-    lines.append(f"| training {t['preset']} {t['precision']}, {t['packed_row_tokens']}-token rows: tokens/s | "
-                 f"{t['tokens_per_s']} |")
-    lines.append(f"| training MFU | {t['mfu'] if t['mfu'] is not None else 'n/a: ' + t['mfu_reason']} |")
-    lines.append(f"| training peak memory (GiB, {t['peak_memory_kind']}) | {t['peak_memory_bytes'] / 2**30:.2f} |")
-    x = report["extraction"]
-    lines.append(f"| extraction {x['model']} {x['dtype']}: samples/s | {x['samples_per_s']} |")
+    if tower := report.get("vision_tower"):
+        for mode in ("forward", "forward_backward"):
+            e = tower[mode]
+            lines.append(f"| tower {tower['preset']} {tower['dtype']} {mode}: stock / patched ms | {e['stock_ms']} / "
+                         f"{e['patched_ms']} (x{e['stock_over_patched']}) |")
+    if t := report.get("training"):
+        lines.append(f"| training {t['preset']} {t['precision']}, {t['packed_row_tokens']}-token rows: tokens/s | "
+                     f"{t['tokens_per_s']} |")
+        lines.append(f"| training MFU | {t['mfu'] if t['mfu'] is not None else 'n/a: ' + t['mfu_reason']} |")
+        lines.append(f"| training peak memory (GiB, {t['peak_memory_kind']}) | {t['peak_memory_bytes'] / 2**30:.2f} |")
+    if x := report.get("extraction"):
+        lines.append(f"| extraction {x['model']} {x['dtype']}: samples/s | {x['samples_per_s']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -433,7 +436,7 @@ def main() -> None:
     report["total_seconds"] = round(time.perf_counter() - started, 2)
     report["utc_end"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     print(json.dumps(report, indent=2))
-    if args.markdown is not None and set(only) == set(SECTIONS):
+    if args.markdown is not None:
         table = markdown(report)
         if args.markdown == "-":
             sys.stderr.write(table)
