@@ -64,7 +64,7 @@ def test_auto_processor_of_every_family_after_import_vlforge(tiny_checkpoint):
     report = json.loads(_python([str(HERE / "stock_loader.py"), *dirs, "--processor", "--import-vlforge"]).stdout)
     # nothing of vlforge beyond `import vlforge` and what its hook loads
     assert set(report["vlforge_modules"]) <= {"vlforge", "vlforge.lazy", "vlforge.models", "vlforge.models.compat",
-                                              "vlforge.models.frames_video"}
+                                              "vlforge.models.frames_video", "vlforge.media", "vlforge.media.resize"}
     for family, directory in zip(names, dirs, strict=True):
         entry = report["directories"][directory]
         assert entry["model_type"] == family and entry["unknown"] == []
