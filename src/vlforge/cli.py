@@ -98,7 +98,7 @@ def demo(
 # --- further commands register below (doctor, tokens, profile, verify, validate, train, export, extract) ---
 
 
-_ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Checkpoint dir, tiny preset (tiny:qwen3_vl) or hub id.")]
+_ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Checkpoint dir, preset (tiny:qwen3_vl, real:qwen3_vl_2b) or hub id.")]
 _SyntheticOpt = Annotated[str | None, typer.Option(help="Random frames FRAMESxHxW (e.g. 8x720x1280) through the "
                                                         "model's processor rules; default 1x224x224.")]
 _ImageOpt = Annotated[list[Path] | None, typer.Option("--image", help="Image file(s), one prompt (repeatable).")]
@@ -339,7 +339,7 @@ def export_command(
 
 @app.command()
 def doctor(
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Checkpoint dir or preset (tiny:qwen3_vl).")] = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Checkpoint dir or preset (tiny:qwen3_vl, real:qwen3_vl_2b).")] = None,
     dtype: Annotated[str | None, typer.Option(help="Compute dtype of the run: float32, bf16, fp16.")] = None,
     assume: Annotated[str | None, typer.Option(help="What-if facts: torch=2.9.1,cudnn=91002,device=cuda,...")] = None,
     bench: Annotated[bool, typer.Option("--bench/--no-bench", help="Measure the patch convs here.")] = True,

@@ -247,3 +247,31 @@ def test_bytes_and_file_objects_read_like_paths(tmp_path):
     assert by_bytes.method == by_file.method == "seek"
     for other in (by_bytes, by_file):
         assert all(np.array_equal(a, b) for a, b in zip(by_path.frames, other.frames, strict=True))
+
+
+def test_a_read_leaves_no_decoder_threads_behind(tmp_path):
+    """The frame generator holds the codec context in a cycle with the cursor: unless the read closes it, PyAV's
+    frame threads outlive the read until a garbage collection, and a DataLoader worker forked meanwhile can
+    inherit one mid-lock and hang (seen in the suite)."""
+    import gc
+
+    from datakit import write_video
+
+    from vlforge.media.decode import read_video
+
+    def av_threads() -> int:
+        return sum(1 for t in Path("/proc/self/task").iterdir() if (t / "comm").read_text().startswith("av:"))
+
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("needs /proc (Linux)")
+    clip = write_video(tmp_path / "v.mp4", frames=120, codec="mpeg4")
+    gc.collect()
+    before = av_threads()
+    gc.disable()
+    try:
+        for _ in range(3):
+            out = read_video(clip, lambda total, fps: [5, 60, 110], method="seek")
+        assert out.indices == [5, 60, 110]
+        assert av_threads() == before
+    finally:
+        gc.enable()

@@ -190,6 +190,13 @@ class _Cursor:
                 context.skip_frame = mode = want
             yield from context.decode(packet)
 
+    def close(self) -> None:
+        """Finish the frame generator: it holds the codec context (and its decoding threads) in a reference
+        cycle with this cursor, which would otherwise live until the next garbage collection - threads that a
+        forked DataLoader worker would inherit mid-lock."""
+        frames, self.frames = self.frames, iter(())
+        frames.close()
+
     def seek(self, keyframe: int) -> None:
         self.container.seek(int(self.index.pts[keyframe]), stream=self.stream, backward=True, any_frame=False)
         self.frames = self._decode()
@@ -226,23 +233,31 @@ def _seek_decode(source: Source, index: FrameIndex, wanted: list[int], near: int
         stream = _video_stream(container)
         stream.thread_type = "AUTO"
         cursor = _Cursor(container, stream, index, {int(index.pts[i]) for i in wanted}, skip)
-        for target in wanted:
-            at = bisect.bisect_right(keyframes, target) - 1
-            seeked = keyframes[at] > cursor.position and target - cursor.position > near
-            if seeked:
-                cursor.seek(keyframes[at])
-            tries = 0
-            while (frame := cursor.frame_at(target)) is None:
-                at -= seeked  # retry from the keyframe before the one that missed
-                tries += 1
-                if at < 0 or tries > 2:
-                    raise _Fallback(f"frame {target} not reached by seeking")
-                if cursor.jumped:  # the target never came out (not a seek landing late): stop skipping
-                    cursor.skip = False
-                cursor.seek(keyframes[at])
-                seeked = True
-            kept[target] = frame
-    return kept, cursor.decoded
+        try:
+            return _seek_frames(cursor, keyframes, wanted, near, kept), cursor.decoded
+        finally:
+            cursor.close()  # the decoder's threads end with the read, not at the next garbage collection
+
+
+def _seek_frames(cursor: _Cursor, keyframes: list[int], wanted: list[int], near: int,
+                 kept: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    for target in wanted:
+        at = bisect.bisect_right(keyframes, target) - 1
+        seeked = keyframes[at] > cursor.position and target - cursor.position > near
+        if seeked:
+            cursor.seek(keyframes[at])
+        tries = 0
+        while (frame := cursor.frame_at(target)) is None:
+            at -= seeked  # retry from the keyframe before the one that missed
+            tries += 1
+            if at < 0 or tries > 2:
+                raise _Fallback(f"frame {target} not reached by seeking")
+            if cursor.jumped:  # the target never came out (not a seek landing late): stop skipping
+                cursor.skip = False
+            cursor.seek(keyframes[at])
+            seeked = True
+        kept[target] = frame
+    return kept
 
 
 def _sequential(source: Source, wanted: set[int]) -> tuple[dict[int, np.ndarray], int]:
