@@ -152,3 +152,19 @@ def test_train_logs_the_verdict_and_warns_above_the_free_memory(monkeypatch, cap
     with caplog.at_level(logging.INFO, logger="vlforge.train"):
         quiet.plan_verdict()
     assert not [r for r in caplog.records if "plan:" in r.getMessage()]
+
+
+def test_the_start_up_verdict_leaves_the_random_state_alone(tmp_path):
+    """Only rank 0 plans: a plan that drew random numbers would give the ranks different LoRA initialisations."""
+    from vlforge.train.trainer import Trainer
+
+    cfg = load_config(TINY, [f"checkpointing.output_dir={tmp_path / 'out'}"])
+    trainer = Trainer(cfg, progress=False, export=False)
+    from vlforge.plan.probe import attention_cost
+
+    attention_cost.cache_clear()  # measured afresh: the path that runs SDPA on real tensors
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    trainer.plan_verdict()
+    assert torch.equal(torch.rand(4), expected)

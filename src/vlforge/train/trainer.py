@@ -232,10 +232,12 @@ class Trainer:
             return
         from vlforge.plan.report import startup_verdict
 
+        cuda = [self.ctx.device] if self.ctx.device.type == "cuda" else []
         try:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-            line, over = startup_verdict(self.cfg, world=self.ctx.world_size, device=self.ctx.device,
-                                         local_processes=local)
+            with torch.random.fork_rng(devices=cuda):  # only rank 0 plans: the ranks' RNG streams must not diverge
+                line, over = startup_verdict(self.cfg, world=self.ctx.world_size, device=self.ctx.device,
+                                             local_processes=local)
         except Exception as error:  # an estimate must never stop a run
             logger.debug("plan: no estimate (%s: %s)", type(error).__name__, error)
             return
