@@ -50,7 +50,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vlforge
 from extract import make_images
-from patch_embed import machine_facts
+from patch_embed import machine_facts, time_interleaved
 
 #: Peak dense bf16 tensor-core TFLOP/s (vendor datasheets, without sparsity), matched in this order against
 #: ``torch.cuda.get_device_name()``.
@@ -92,17 +92,8 @@ def time_ms(fn: Callable[[], Any], device: torch.device) -> float:
 
 def interleaved(fns: dict[str, Callable[[], Any]], repeats: int, device: torch.device, warmup: int = 1
                 ) -> dict[str, float]:
-    """Median ms per variant; variants run round-robin with a rotating order so drifting load hits all alike."""
-    names = list(fns)
-    for _ in range(warmup):
-        for name in names:
-            fns[name]()
-    sync(device)
-    runs: dict[str, list[float]] = {name: [] for name in names}
-    for index in range(repeats):
-        shift = index % len(names)
-        for name in names[shift:] + names[:shift]:
-            runs[name].append(time_ms(fns[name], device))
+    """Median ms per variant, run round-robin as benchmarks/patch_embed.py does, timed with :func:`time_ms`."""
+    runs = time_interleaved(fns, warmup, repeats, device, timer=lambda fn: time_ms(fn, device))
     return {name: round(statistics.median(values), 4) for name, values in runs.items()}
 
 

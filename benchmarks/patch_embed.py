@@ -69,12 +69,14 @@ def _sync(device: torch.device) -> None:
 
 
 def time_interleaved(
-    fns: dict[str, Callable[[], object]], warmup: int, repeats: int, device: torch.device
+    fns: dict[str, Callable[[], object]], warmup: int, repeats: int, device: torch.device,
+    timer: Callable[[Callable[[], object]], float] | None = None,
 ) -> dict[str, list[float]]:
     """Milliseconds per call for each named function, runs interleaved round-robin.
 
     Interleaving (rotating the order every round) spreads drifting load from other processes evenly
-    over the variants instead of penalising whichever ran during a busy spell.
+    over the variants instead of penalising whichever ran during a busy spell. ``timer`` (a call ->
+    milliseconds, e.g. CUDA events) replaces the wall clock + device sync.
     """
     names = list(fns)
     for _ in range(warmup):
@@ -85,6 +87,9 @@ def time_interleaved(
     for round_index in range(repeats):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
+            if timer is not None:
+                runs[name].append(timer(fns[name]))
+                continue
             start = time.perf_counter()
             fns[name]()
             _sync(device)

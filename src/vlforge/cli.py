@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -232,6 +232,18 @@ def validate(
         raise typer.Exit(2)
 
 
+def _checked_config(config: Path, settings: list[str]) -> Any:
+    """The validated training config (``vlforge validate``'s report), or one ``error:`` line per problem and exit 2."""
+    from vlforge.train import validate as validate_job
+
+    report = validate_job.check(config, settings)
+    if not report.ok:
+        for line in report.error_lines():
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2)
+    return report
+
+
 @app.command()
 def train(
     config: Annotated[Path, typer.Argument(help="Training config YAML: native, LMMS Engine or guide layout.")],
@@ -246,15 +258,10 @@ def train(
     import json
 
     from vlforge.train import preflight
-    from vlforge.train import validate as validate_job
 
     extra = [] if token_audit else ["model.token_audit=false"]
     settings = [*(overrides or []), *extra]
-    report = validate_job.check(config, settings)  # every check before torch and the model load
-    if not report.ok:
-        for line in report.error_lines():
-            typer.echo(f"error: {line}", err=True)
-        raise typer.Exit(2)
+    report = _checked_config(config, settings)  # every check before torch and the model load
     preflight.check_outputs(report.resolved.config)
     preflight.check_model(report.resolved.config)
     from vlforge.train.trainer import run
@@ -299,17 +306,11 @@ def plan(
     import json
 
     from vlforge.plan.options import check_layout, parse_memory
-    from vlforge.train import validate as validate_job
     from vlforge.train.preflight import check_model
 
     memory = parse_memory(gpu_memory) if gpu_memory is not None else None
     check_layout(gpus, nodes)
-    report = validate_job.check(config, overrides or [])
-    if not report.ok:
-        for line in report.error_lines():
-            typer.echo(f"error: {line}", err=True)
-        raise typer.Exit(2)
-    cfg = report.resolved.config
+    cfg = _checked_config(config, overrides or []).resolved.config
     check_model(cfg)
     from vlforge.plan.report import make_plan, render
 

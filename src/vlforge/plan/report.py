@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from vlforge.errors import ConfigError
@@ -218,19 +217,11 @@ def render(report: PlanReport) -> list[str]:
 
 def free_bytes(device: Any, local_processes: int = 1) -> int | None:
     """Memory free for one process on ``device``: CUDA's free memory, or the host's available memory shared by
-    the ``local_processes`` of this node (None where it cannot be read)."""
-    import torch
+    the ``local_processes`` of this node."""
+    from vlforge.models.load import available_bytes
 
-    if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        lines = Path("/proc/meminfo").read_text(encoding="ascii").splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024 // max(local_processes, 1)
-    return None
+    free = available_bytes(device)
+    return free if device.type == "cuda" else free // max(local_processes, 1)
 
 
 def startup_verdict(cfg: Any, *, world: int, device: Any, local_processes: int = 1) -> tuple[str, bool]:
