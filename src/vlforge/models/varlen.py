@@ -31,15 +31,26 @@ logger = logging.getLogger(__name__)
 ATTENTION_NAME = "vlforge_varlen"
 
 
-def _bounds(cu_seqlens: torch.Tensor, length: int) -> list[tuple[int, int]]:
+_LAST: list[Any] = [None, None, None]
+"""The last ``cu_seq_lens_q`` tensor, row length and its bounds: every layer of a forward gets the same tensor, so
+its (host-syncing) read happens once per forward, not once per layer."""
+
+
+def _bounds(cu_seqlens: torch.Tensor, length: int) -> tuple[list[tuple[int, int]], bool]:
+    """``([start, end) per sample, whether a pad tail beyond the last sample was added)``."""
+    if _LAST[0] is cu_seqlens and _LAST[1] == length:
+        return _LAST[2]
     cu = [int(x) for x in cu_seqlens.tolist()]
     out = [(a, b) for a, b in itertools.pairwise(cu) if b > a]
-    if cu[-1] < length:  # a pad tail (pad_to_packing_length): its tokens attend to themselves only, causally
+    tail = cu[-1] < length
+    if tail:  # a pad tail (pad_to_packing_length): its tokens attend to themselves only, causally
         out.append((cu[-1], length))
-    return out
+    _LAST[:] = [cu_seqlens, length, (out, tail)]
+    return out, tail
 
 
-def _cuda_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, scale: float | None) -> Any:
+def _cuda_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, longest: int,
+                 scale: float | None) -> Any:
     """(L, H, D) packed varlen attention through torch's own kernel, or None where it cannot run."""
     if q.device.type != "cuda" or q.dtype not in (torch.bfloat16, torch.float16):
         return None
@@ -48,7 +59,6 @@ def _cuda_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Te
     except ImportError:
         return None
     cu32 = cu.to(device=q.device, dtype=torch.int32)
-    longest = int((cu32[1:] - cu32[:-1]).max())
     return varlen_attn(q, k, v, cu32, cu32, longest, longest, is_causal=True, scale=scale)
 
 
@@ -70,12 +80,14 @@ def varlen_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value:
     if cu is None:
         out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
         return out.transpose(1, 2).contiguous(), None
-    bounds = _bounds(cu, length)
+    bounds, padded_tail = _bounds(cu, length)
     if bounds == [(0, length)]:
         out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
         return out.transpose(1, 2).contiguous(), None
-    if int(cu[-1]) == length:
-        fused = _cuda_varlen(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1), cu, scaling)
+    if not padded_tail:  # torch's kernel takes the boundaries as they are
+        longest = max(b - a for a, b in bounds)
+        fused = _cuda_varlen(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1), cu, longest,
+                             scaling)
         if fused is not None:
             return fused[None], None
     pieces = [F.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True,
