@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PIP_FLAGS := --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test lint venv install install-dev bench clean
+.PHONY: demo test lint venv install install-dev bench wheelhouse clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,17 @@ test: install-dev lint
 
 bench: install
 	$(BIN)/python benchmarks/patch_embed.py
+
+# Offline wheelhouse for a GPU host with torch (README "GPU host without network"): vlforge + what the host lacks.
+# HOST_PACKAGES: the host's `python -m pip list --format=freeze` (empty: a host with torch alone).
+WHEEL_PYTHON ?= 3.12
+WHEEL_PLATFORM ?=
+HOST_PACKAGES ?=
+WHEEL_MAX_MB ?= 64
+wheelhouse: install
+	$(BIN)/python scripts/wheelhouse.py --out dist/wheelhouse --python-version $(WHEEL_PYTHON) --also pytest \
+		--max-mb $(WHEEL_MAX_MB) $(if $(HOST_PACKAGES),--host $(HOST_PACKAGES)) \
+		$(foreach p,$(WHEEL_PLATFORM),--platform $(p))
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache

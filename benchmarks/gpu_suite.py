@@ -61,7 +61,7 @@ PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
 SIZES = {
     # patch windows per op call, vision image side (px), tower preset, training preset / row / samples per row,
     # extraction model / images / side, timed repeats
-    "tiny": {"windows": 512, "image": 448, "tower": "tiny:qwen3_vl", "train": "tiny:qwen3_vl", "row": 512,
+    "tiny": {"windows": 64, "image": 448, "tower": "tiny:qwen3_vl", "train": "tiny:qwen3_vl", "row": 512,
              "samples": 4, "steps": 3, "extract_model": "tiny:qwen3_vl", "extract_images": 8, "extract_side": 224,
              "repeats": 3},
     "real": {"windows": 6080, "image": 1024, "tower": "real:qwen3_vl_2b", "train": "real:qwen3_vl_2b", "row": 8192,
@@ -372,22 +372,25 @@ def markdown(report: dict[str, Any]) -> str:
     device = env.get("gpu") or env.get("cpu_model")
     lines = [f"GPU suite (`--size {report['size']}`), {device}, torch {env['torch']}, CUDA {env['cuda']}, "
              f"cuDNN {env['cudnn_runtime']}, {env['utc']}", "", "| measurement | value |", "|---|---|"]
-    for key, entry in report.get("patch_op", {}).items():
+    for name in SECTIONS:
+        if isinstance(report.get(name), dict) and "error" in report[name]:
+            lines.append(f"| {name} | failed: {report[name]['error']} |")
+    for key, entry in ({} if "error" in report.get("patch_op", {}) else report.get("patch_op", {})).items():
         for mode in ("forward", "forward_backward"):
             e = entry[mode]
             lines.append(f"| patch {key} {mode}: conv3d / patched / linear ms | {e['conv3d_ms']} / {e['patched_ms']} / "
                          f"{e['linear_ms']} (patched/linear {e['patched_over_linear']}) |")
-    if tower := report.get("vision_tower"):
+    if (tower := report.get("vision_tower")) and "error" not in tower:
         for mode in ("forward", "forward_backward"):
             e = tower[mode]
             lines.append(f"| tower {tower['preset']} {tower['dtype']} {mode}: stock / patched ms | {e['stock_ms']} / "
                          f"{e['patched_ms']} (x{e['stock_over_patched']}) |")
-    if t := report.get("training"):
+    if (t := report.get("training")) and "error" not in t:
         lines.append(f"| training {t['preset']} {t['precision']}, {t['packed_row_tokens']}-token rows: tokens/s | "
                      f"{t['tokens_per_s']} |")
         lines.append(f"| training MFU | {t['mfu'] if t['mfu'] is not None else 'n/a: ' + t['mfu_reason']} |")
         lines.append(f"| training peak memory (GiB, {t['peak_memory_kind']}) | {t['peak_memory_bytes'] / 2**30:.2f} |")
-    if x := report.get("extraction"):
+    if (x := report.get("extraction")) and "error" not in x:
         lines.append(f"| extraction {x['model']} {x['dtype']}: samples/s | {x['samples_per_s']} |")
     return "\n".join(lines) + "\n"
 
@@ -420,9 +423,15 @@ def main() -> None:
     started = time.perf_counter()
     runners = {"patch_op": lambda: patch_op(size, device), "vision_tower": lambda: vision_tower(size, device, tower_dtype),
                "training": lambda: training(size, device), "extraction": lambda: extraction(size, device)}
+    failed = []
     for name in only:
         begin = time.perf_counter()
-        report[name] = runners[name]()
+        try:
+            report[name] = runners[name]()
+        except Exception as error:  # one section's failure must not lose the others' measurements
+            logging.exception("section %s failed", name)
+            report[name] = {"error": f"{type(error).__name__}: {error}"}
+            failed.append(name)
         report.setdefault("section_seconds", {})[name] = round(time.perf_counter() - begin, 2)
     report["total_seconds"] = round(time.perf_counter() - started, 2)
     report["utc_end"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -433,6 +442,8 @@ def main() -> None:
             sys.stderr.write(table)
         else:
             Path(args.markdown).write_text(table, encoding="utf-8")
+    if failed:
+        sys.exit(f"gpu_suite: section(s) failed: {', '.join(failed)} (their errors are in the JSON)")
 
 
 if __name__ == "__main__":

@@ -356,6 +356,38 @@ def render_tiny_train(entry: dict[str, Any]) -> str:
             f"{machine_phrase(entry, None)}):")
 
 
+def render_gpu_suite(entry: dict[str, Any]) -> str:
+    """The GPU suite's record (run by scripts/gpu_check.sh on a lent GPU, committed under benchmarks/records/)."""
+    env, train, tower = entry["environment"], entry["training"], entry["vision_tower"]
+    when = entry["utc_end"].replace("T", " ")[:16]
+    head = (f"Measured on one {env['gpu']} ({env['gpu_memory_bytes'] / 2**30:.0f} GiB), torch {env['torch']}, CUDA "
+            f"{env['cuda']}, runtime cuDNN {env['cudnn_runtime']}, {when} UTC; `scripts/gpu_check.sh` "
+            f"(`benchmarks/gpu_suite.py --size {entry['size']}`), record `{entry['record']}`:")
+    rows = []
+    for key, op in entry["patch_op"].items():
+        for mode in ("forward", "forward_backward"):
+            e = op[mode]
+            rows.append([f"{key.replace('/', ' ')} {mode.replace('_', '+')}", f"{e['conv3d_ms']:.3f}",
+                         f"{e['patched_ms']:.3f}", f"{e['linear_ms']:.3f}", f"{e['conv3d_over_patched']:.2f}x"])
+    windows = next(iter(entry["patch_op"].values()))["windows"]
+    patch = _table([f"patch embedding, {windows} windows", "Conv3d ms", "patched ms", "F.linear ms", "Conv3d / patched"],
+                   rows)
+    fwd, bwd = tower["forward"], tower["forward_backward"]
+    lines = [
+        f"- vision tower `{tower['preset']}` {tower['dtype']}, one {tower['image_px']} px image: stock / patched "
+        f"{fwd['stock_ms']:.1f} / {fwd['patched_ms']:.1f} ms forward, {bwd['stock_ms']:.1f} / {bwd['patched_ms']:.1f} ms "
+        f"forward+backward (the patch embedding is a small share of the tower on this GPU)",
+        f"- training `{train['preset']}`, FSDP2 on one GPU, {train['precision']}, gradient checkpointing, "
+        f"{train['packed_row_tokens']}-token packed rows of {train['samples_per_row']} samples through "
+        f"`{train['attention']}`: **{train['tokens_per_s']:,.0f} tokens/s**, MFU {train['mfu'] * 100:.1f}% of "
+        f"{train['peak_bf16_tflops']:g} TFLOP/s, peak {train['peak_memory_bytes'] / 2**30:.1f} GiB allocated",
+        f"- extraction `{entry['extraction']['model']}` {entry['extraction']['dtype']}: "
+        f"{entry['extraction']['samples_per_s']:.1f} samples/s ({entry['extraction']['images']} images of "
+        f"{entry['extraction']['image_px']} px)",
+    ]
+    return head + "\n\n" + patch + "\n\n" + "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Region:
     """A marked region ``<!-- figures:NAME:start/end -->`` of ``file`` rendered from measurement ``name``."""
@@ -373,7 +405,18 @@ REGIONS: tuple[Region, ...] = (
     Region("README.md", "extract", render_extract_readme),
     Region("docs/extract.md", "extract", render_extract_detail),
     Region("docs/train.md", "tiny_train", render_tiny_train),
+    Region("README.md", "gpu_suite", render_gpu_suite),
 )
+RECORDS: dict[str, str] = {"gpu_suite": "benchmarks/records/gpu_suite_h200.json"}
+"""Measurements this script cannot take here (they need a GPU): rendered from the committed record file."""
+
+
+def read_record(name: str) -> dict[str, Any]:
+    path = REPO / RECORDS[name]
+    try:
+        return {**json.loads(path.read_text(encoding="utf-8")), "record": RECORDS[name]}
+    except (OSError, json.JSONDecodeError) as error:
+        raise FiguresError(f"{path}: cannot read the record of {name!r} ({error})") from None
 
 
 # --------------------------------------------------------------------------- regions
@@ -425,7 +468,9 @@ def render_all(data: dict[str, Any], only: list[str] | None = None) -> list[tupl
         raise FiguresError("the JSON holds no measurement")
     out = []
     for region in REGIONS:
-        if region.name in wanted:
+        if region.name in RECORDS and not only:
+            out.append((region, region.render(read_record(region.name))))
+        elif region.name in wanted:
             try:
                 out.append((region, region.render(figures[region.name])))
             except (KeyError, TypeError, ValueError, ZeroDivisionError) as error:

@@ -40,3 +40,13 @@ def test_cli_rejects_an_unknown_feature(tmp_path, monkeypatch, capsys, image_dat
                         "--out", str(tmp_path / "x"), "--features", "vision_pooled,pooled")
     assert code == 2 and "unknown feature 'pooled'" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_preflight_accepts_a_real_preset_without_a_checkpoint(tmp_path, image_dataset):
+    """`real:` presets have no directory before they are resolved (seen on an H200 in benchmarks/gpu_suite.py)."""
+    from vlforge.extract.options import ExtractOptions
+    from vlforge.extract.preflight import preflight
+
+    opts = ExtractOptions(model="real:qwen3_vl_2b", data=str(image_dataset), out=tmp_path / "cache")
+    root, _, _, entries = preflight(opts)
+    assert root == tmp_path / "cache" and entries

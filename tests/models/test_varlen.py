@@ -97,3 +97,26 @@ def test_cuda_bf16_packed_row_equals_one_sdpa_call_per_sample():
         alone = torch.nn.functional.scaled_dot_product_attention(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b],
                                                                  is_causal=True)
         assert torch.allclose(out[:, a:b].transpose(1, 2).float(), alone.float(), atol=2e-2)
+
+
+def test_causal_keyword_follows_the_installed_signature(monkeypatch):
+    """torch's varlen kernel spells causality by version (window_size=(-1, 0) or is_causal=True); a signature
+    with neither must not be used (a non-causal call would let tokens see the future)."""
+    import sys
+    import types
+
+    from vlforge.models import varlen
+
+    def fake(params: str):
+        namespace: dict = {}
+        exec(f"def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, {params}): pass", namespace)
+        module = types.ModuleType("torch.nn.attention.varlen")
+        module.varlen_attn = namespace["varlen_attn"]
+        return module
+
+    for params, expected in (("scale=None, window_size=(-1, -1)", {"window_size": (-1, 0), "scale": None}),
+                             ("is_causal=False, scale=None", {"is_causal": True, "scale": None}),
+                             ("return_aux=None", None)):
+        monkeypatch.setitem(sys.modules, "torch.nn.attention.varlen", fake(params))
+        monkeypatch.setattr(varlen, "_CAUSAL", [])
+        assert varlen._causal_options() == expected, params

@@ -37,7 +37,7 @@ _TABLE_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
 def preflight(opts: ExtractOptions) -> tuple[Path, DataConfig, Path, list[ResolvedEntry]]:
     """All checks before work: ``(cache root, data config, its base dir, resolved entries)``, or one-line errors."""
     from vlforge.extract import manifest
-    from vlforge.models.refs import PRESET_PREFIX, check_model_ref, local_checkpoint
+    from vlforge.models.refs import PRESET_PREFIX, REAL_PREFIX, check_model_ref, local_checkpoint
 
     root = check_output_dir(opts.out, flag="--out", mode="into")
     manifest.check_target(root)
@@ -45,7 +45,7 @@ def preflight(opts: ExtractOptions) -> tuple[Path, DataConfig, Path, list[Resolv
     entries = resolve_entries(cfg, base)
     check_entries(entries)
     check_model_ref(opts.model)
-    if not str(opts.model).startswith(PRESET_PREFIX) and (local := local_checkpoint(str(opts.model))) is not None:
+    if not str(opts.model).startswith((PRESET_PREFIX, REAL_PREFIX)) and (local := local_checkpoint(str(opts.model))) is not None:
         check_against_config(local / "config.json", opts)  # a preset or hub id: checked once resolved
     return root, cfg, base, entries
 

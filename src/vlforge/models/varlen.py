@@ -3,7 +3,8 @@
 Registered with transformers as attention implementation ``vlforge_varlen`` (and a mask function that builds
 no ``L x L`` mask). A packed row's sample boundaries arrive as transformers' own ``cu_seq_lens_q`` keyword
 (the one its flash-attention path reads); each sample then attends causally to itself only, through
-``torch.nn.attention.varlen.varlen_attn`` on CUDA where the installed torch has it (bf16/fp16), else one
+``torch.nn.attention.varlen.varlen_attn`` on CUDA where the installed torch has it (bf16/fp16; causal through
+whichever keyword that torch's signature has), else one
 ``scaled_dot_product_attention`` call per sample. Without ``cu_seq_lens_q`` a row is one causal sequence; a
 padding mask falls back to transformers' SDPA path. Memory grows with the sum of the samples' squared
 lengths at most (SDPA's math kernel), never with the row's, and the dense-mask kernels are never used.
@@ -19,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import logging
 from typing import Any
@@ -54,12 +56,44 @@ def _cuda_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Te
     """(L, H, D) packed varlen attention through torch's own kernel, or None where it cannot run."""
     if q.device.type != "cuda" or q.dtype not in (torch.bfloat16, torch.float16):
         return None
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError:
+    options = _causal_options()
+    if options is None:
         return None
+    from torch.nn.attention.varlen import varlen_attn
+
     cu32 = cu.to(device=q.device, dtype=torch.int32)
-    return varlen_attn(q, k, v, cu32, cu32, longest, longest, is_causal=True, scale=scale)
+    if "scale" in options:
+        options = {**options, "scale": scale}
+    return varlen_attn(q, k, v, cu32, cu32, longest, longest, **options)
+
+
+_CAUSAL: list[Any] = []
+"""Cached :func:`_causal_options` answer (a one-element list once computed)."""
+
+
+def _causal_options() -> dict[str, Any] | None:
+    """Keyword arguments that make this torch's ``varlen_attn`` causal, or None when it has no such kernel.
+
+    torch spells it ``window_size=(-1, 0)`` (2.11 and later) or ``is_causal=True`` (earlier); a signature with
+    neither is not used, since a non-causal call would silently let tokens see the future.
+    """
+    if not _CAUSAL:
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+        except ImportError:
+            _CAUSAL.append(None)
+            return None
+        params = inspect.signature(varlen_attn).parameters
+        if "window_size" in params:
+            options: dict[str, Any] | None = {"window_size": (-1, 0)}
+        elif "is_causal" in params:
+            options = {"is_causal": True}
+        else:
+            options = None
+        if options is not None and "scale" in params:
+            options["scale"] = None
+        _CAUSAL.append(options)
+    return _CAUSAL[0]
 
 
 def varlen_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
