@@ -28,7 +28,8 @@ demo: install
 	$(BIN)/vlforge demo
 
 lint: install-dev
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/lint-imports
 
 test: install-dev lint
 	$(BIN)/python -m pytest -q

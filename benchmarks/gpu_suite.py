@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vlforge
 from extract import make_images
 from patch_embed import machine_facts, time_interleaved
+from vlforge.patches.timing import synchronize
 
 #: Peak dense bf16 tensor-core TFLOP/s (vendor datasheets, without sparsity), matched in this order against
 #: ``torch.cuda.get_device_name()``.
@@ -69,11 +70,6 @@ SIZES = {
              "extract_side": 448, "repeats": 7},
 }
 PATCH_SHAPES = {"qwen2_5_vl": ((2, 14, 14), 1280), "qwen3_vl": ((2, 16, 16), 1024)}
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def time_ms(fn: Callable[[], Any], device: torch.device) -> float:
@@ -355,10 +351,10 @@ def extraction(size: dict[str, Any], device: torch.device) -> dict[str, Any]:
                    "shard_size": size["extract_images"], "loaded": loaded, "device": str(device),
                    "token_audit": False}
         run_extract(data=str(warm), out=root / "warm-out", **options)
-        sync(device)
+        synchronize(device)
         begin = time.perf_counter()
         rows = run_extract(data=str(data), out=root / "out", **options).rows_written
-        sync(device)
+        synchronize(device)
         seconds = time.perf_counter() - begin
         return {"model": size["extract_model"], "dtype": dtype, "images": rows, "image_px": size["extract_side"],
                 "batch_size": 8, "seconds": round(seconds, 3), "samples_per_s": round(rows / seconds, 3)}

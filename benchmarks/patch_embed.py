@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import vlforge
+from vlforge.patches.timing import synchronize
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -63,11 +64,6 @@ def machine_facts(device: torch.device) -> dict[str, object]:
     return facts
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def time_interleaved(
     fns: dict[str, Callable[[], object]], warmup: int, repeats: int, device: torch.device,
     timer: Callable[[Callable[[], object]], float] | None = None,
@@ -82,7 +78,7 @@ def time_interleaved(
     for _ in range(warmup):
         for name in names:
             fns[name]()
-    _sync(device)
+    synchronize(device)
     runs: dict[str, list[float]] = {name: [] for name in names}
     for round_index in range(repeats):
         shift = round_index % len(names)
@@ -92,7 +88,7 @@ def time_interleaved(
                 continue
             start = time.perf_counter()
             fns[name]()
-            _sync(device)
+            synchronize(device)
             runs[name].append((time.perf_counter() - start) * 1e3)
     return runs
 

@@ -129,7 +129,7 @@ def worker(config: Path, result: Path) -> None:
     from transformers import AutoTokenizer
 
     import vlforge.train  # noqa: F401 - part of the baseline
-    from vlforge.train.config import load_config
+    from vlforge.config.load import load_config
     from vlforge.train.trainer import Trainer
 
     cfg = load_config(config)
@@ -154,7 +154,8 @@ def worker(config: Path, result: Path) -> None:
 # -- the driver ---------------------------------------------------------------------------------------------
 def data_shape(cfg: Any, base: str) -> tuple[int, float]:
     """Mean sample length and label share of the data (what the plan's --seq-len / --label-share take)."""
-    from vlforge.train.data_setup import data_config, open_stream, processor_for
+    from vlforge.config.data import data_config
+    from vlforge.train.data_setup import open_stream, processor_for
 
     class Loaded:  # the tokenizer and processor of the checkpoint, as the trainer gets them
         def __init__(self, path: str) -> None:
@@ -180,8 +181,8 @@ def measure(name: str, work: Path) -> dict[str, Any]:
     import yaml
     from transformers import AutoConfig
 
-    from vlforge.plan.estimate import estimate_memory
-    from vlforge.train.config import load_config
+    from vlforge.config.load import load_config
+    from vlforge.memory.estimate import estimate_memory
 
     spec = CONFIGS[name]
     model = write_model(work / f"model-{spec['size']}", spec["size"])

@@ -89,7 +89,7 @@ def _batch(length: int):
 def worker(args: argparse.Namespace) -> None:
     import torch
 
-    from vlforge.train.dist import init_distributed
+    from vlforge.dist import init_distributed
     from vlforge.train.loss import label_count, token_loss_sum
     from vlforge.train.sp import setup_sequence_parallel, shard_label_count, sp_token_loss_sum
 

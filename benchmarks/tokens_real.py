@@ -80,9 +80,9 @@ def seen_ids(tok, texts: list[str], n: int):
 def evaluate(name: str, path: Path, texts: list[str], verify_sample: int) -> dict:
     import torch
 
-    from vlforge.tokens.detect import UNTRAINED, WEAK
     from vlforge.tokens.scan import ScanOptions, run_scan
-    from vlforge.tokens.tokenizer import load_tokenizer
+    from vlforge.vocab.detect import UNTRAINED, WEAK
+    from vlforge.vocab.tokenizer import load_tokenizer
 
     report = run_scan(ScanOptions(model=path))
     tok = load_tokenizer(path)
@@ -123,7 +123,7 @@ def evaluate(name: str, path: Path, texts: list[str], verify_sample: int) -> dic
 def _repeat_confirmed(path: Path, unlabelled, positives, sample: int) -> dict:
     import torch
 
-    from vlforge.tokens.verify import MIN_PROB, repeat_probabilities
+    from vlforge.vocab.verify import MIN_PROB, repeat_probabilities
 
     rng = random.Random(0)
     pick = {k: rng.sample(torch.nonzero(m).flatten().tolist(), min(sample, int(m.sum())))

@@ -3,7 +3,7 @@
 
 Run it with the PEER venv's python (``python3 scripts/peer_env.py path``), never vlforge's: it imports
 ``lmms_engine`` 0.1.4 and the transformers that engine was installed with. vlforge classifies every key
-of the output (``src/vlforge/train/lmms_compat.py``) and renders ``docs/lmms_compat.md`` from it;
+of the output (``src/vlforge/config/lmms.py``) and renders ``docs/lmms_compat.md`` from it;
 ``tests/train/test_lmms_schema.py`` re-runs this script and compares.
 
 Groups (dotted, as in LMMS Engine's YAML):
@@ -23,7 +23,7 @@ Each field: ``name``, ``type`` (text), ``default`` (JSON; null for none), ``requ
 ``in_default_config`` / ``default_config_value`` when the shipped ``default_config.yaml`` sets it.
 
 Example:
-    $(python3 scripts/peer_env.py path) scripts/lmms_schema.py --out src/vlforge/train/lmms_schema_0.1.4.json
+    $(python3 scripts/peer_env.py path) scripts/lmms_schema.py --out src/vlforge/config/lmms_schema_0.1.4.json
 """
 
 from __future__ import annotations

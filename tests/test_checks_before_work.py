@@ -98,8 +98,8 @@ def test_the_early_check_modules_import_nothing_heavy_and_their_examples_hold() 
     import doctest
     import importlib
 
-    modules = ["vlforge.models.refs", "vlforge.models.input_checks", "vlforge.profile.options", "vlforge.tokens.thresholds",
-               "vlforge.verify.options", "vlforge.extract.preflight", "vlforge.train.preflight"]
+    modules = ["vlforge.models.refs", "vlforge.models.input_checks", "vlforge.profile.options", "vlforge.vocab.thresholds",
+               "vlforge.verify.options", "vlforge.extract.preflight", "vlforge.config.preflight"]
     probe = ("import sys\n" + "".join(f"import {m}\n" for m in modules)
              + "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,

@@ -59,10 +59,10 @@ def test_report_text_quoting_brackets_is_printed_literally() -> None:
 
     from rich.console import Console
 
+    from vlforge.diagnosis.facts import Facts
+    from vlforge.diagnosis.report import BenchStatus, DoctorReport
+    from vlforge.diagnosis.rules import Finding
     from vlforge.doctor import render
-    from vlforge.doctor.facts import Facts
-    from vlforge.doctor.report import BenchStatus, DoctorReport
-    from vlforge.doctor.rules import Finding
 
     finding = Finding(rule="untrained-template-token", severity="error", subject="[INST]",
                       message="the policy must generate '[INST]' [bold]", cost="-",

@@ -1,8 +1,10 @@
-"""The ``vlforge`` command line: thin typer commands, each calling one job module.
+"""The ``vlforge`` command line: thin typer commands, each building its options and running one job.
 
-Run ``vlforge --help`` for the list; every reporting command takes ``--json`` (machine-readable on
-stdout, nothing else there) and exits non-zero when its verdict is a failure. User errors print one
-line on stderr and exit 2.
+Every command follows one convention (:mod:`vlforge.command`): options from the flags -> checks before work
+(before torch loads) -> run -> report (tables, or with ``--json`` only JSON on stdout) -> exit code
+(:class:`vlforge.errors.ExitCode`: 0 ok, 1 warnings, 2 bad input, 3 a failing verdict; every ``--help`` says
+so). User errors print one line on stderr. ``python -m vlforge.train`` and ``python -m vlforge.extract`` (the
+torchrun entry points) run these same commands.
 
 Example (CPU, seconds):
     vlforge tiny qwen3_vl /tmp/tiny-qwen3-vl --seed 0
@@ -21,7 +23,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 
-from vlforge.errors import VlforgeError
+from vlforge.errors import EXIT_CODES_HELP, ExitCode, VlforgeError
 from vlforge.tables import report_console
 
 app = typer.Typer(
@@ -35,19 +37,23 @@ console = Console(stderr=True)
 
 
 def _setup_logging(verbose: bool) -> None:
-    """Rich log lines in a terminal; plain, unwrapped ``LEVEL message`` lines in a log file or pipe."""
+    """Rich log lines in a terminal; plain, unwrapped ``LEVEL message`` lines in a log file or pipe. Under
+    torchrun (``WORLD_SIZE`` > 1) each line names its rank and the other ranks than 0 log warnings only."""
     root = logging.getLogger("vlforge")
     if any(getattr(h, "_vlforge_cli", False) for h in root.handlers):
         return
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    prefix = f"[rank {rank}] " if world > 1 else ""
     if console.is_terminal:
         handler: logging.Handler = RichHandler(console=console, show_time=False, show_path=False, markup=False)
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(logging.Formatter(prefix + "%(message)s"))
     else:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)-7s %(message)s"))
+        handler.setFormatter(logging.Formatter(prefix + "%(levelname)-7s %(message)s"))
     handler._vlforge_cli = True  # type: ignore[attr-defined]
     root.addHandler(handler)
-    root.setLevel(logging.DEBUG if verbose else logging.INFO)
+    level = logging.DEBUG if verbose else logging.INFO
+    root.setLevel(level if rank == 0 else max(level, logging.WARNING))
 
 
 @app.callback()
@@ -63,6 +69,42 @@ def _main(
         logging.getLogger("vlforge").setLevel(logging.WARNING)
 
 
+def _run(job: Any, options: Any, *, as_json: bool = False) -> None:
+    """The one convention (:mod:`vlforge.command`): checks before work, run, report, exit code."""
+    from vlforge.command import execute
+
+    raise typer.Exit(execute(job, options, as_json=as_json, console=report_console()))
+
+
+def _build(cls: Any, **values: Any) -> Any:
+    from vlforge.options import build_options
+
+    return build_options(cls, **values)
+
+
+def _list(text: str | None, flag: str, cast: Any = str) -> list[Any]:
+    from vlforge.options import parse_list
+
+    return parse_list(text, cast=cast, flag=flag)
+
+
+def _validated(config: Path, overrides: list[str]) -> Any:
+    """The config read and validated once (``vlforge validate``'s report), or one ``error:`` line per problem
+    and exit 2."""
+    from vlforge.config.validate import check
+
+    report = check(config, overrides)
+    if not report.ok:
+        for line in report.error_lines():
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(ExitCode.BAD_INPUT)
+    return report.resolved
+
+
+def _main_rank() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 @app.command()
 def tiny(
     family: Annotated[str, typer.Argument(help="Model family, e.g. qwen3_vl (see `vlforge tiny --list`).")] = "",
@@ -72,17 +114,9 @@ def tiny(
     untied: Annotated[bool, typer.Option("--untied", help="Separate lm_head instead of tied embeddings.")] = False,
 ) -> None:
     """Write a small random-initialised, loadable Hugging Face checkpoint of FAMILY into OUT_DIR."""
-    from vlforge.models import tiny as tiny_models
+    from vlforge.models.tiny import JOB, TinyRequest
 
-    if list_families:
-        for name in tiny_models.families():
-            typer.echo(name)
-        return
-    if not family or out_dir is None:
-        raise VlforgeError("usage: vlforge tiny FAMILY OUT_DIR [--seed N] [--untied] (families: "
-                           + ", ".join(tiny_models.families()) + ")")
-    path = tiny_models.write_tiny(family, out_dir, seed=seed, tie_word_embeddings=not untied)
-    typer.echo(str(path))
+    _run(JOB, TinyRequest(family=family, out_dir=out_dir, seed=seed, untied=untied, list_families=list_families))
 
 
 @app.command()
@@ -90,12 +124,9 @@ def demo(
     seconds: Annotated[float, typer.Option(help="Time budget for the speed measurement.")] = 20.0,
 ) -> None:
     """Tiny Qwen3-VL through doctor, patch, profile, verify, speed, train and extract, measured here."""
-    from vlforge import demo as demo_job
+    from vlforge.demo import JOB, DemoRequest
 
-    demo_job.run(console=report_console(), seconds=seconds)
-
-
-# --- further commands register below (doctor, tokens, profile, verify, validate, train, export, extract) ---
+    _run(JOB, DemoRequest(seconds=seconds))
 
 
 _ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Checkpoint dir, preset (tiny:qwen3_vl, real:qwen3_vl_2b) or hub id.")]
@@ -104,6 +135,7 @@ _SyntheticOpt = Annotated[str | None, typer.Option(help="Random frames FRAMESxHx
 _ImageOpt = Annotated[list[Path] | None, typer.Option("--image", help="Image file(s), one prompt (repeatable).")]
 _VideoOpt = Annotated[Path | None, typer.Option(help="Video file, decoded with PyAV, frames sampled uniformly.")]
 _FramesOpt = Annotated[int, typer.Option(help="Frames sampled from --video.")]
+_JsonOpt = Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")]
 
 
 @app.command()
@@ -125,36 +157,18 @@ def profile(
     trace: Annotated[Path | None, typer.Option(help="Write a torch.profiler Chrome trace per run into DIR.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write a bar chart PNG (needs vlforge[plot]).")] = None,
     per_block: Annotated[bool, typer.Option("--per-block/--summary", help="One row per block and layer.")] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+    as_json: _JsonOpt = False,
 ) -> None:
     """Time every component of a VLM through forward hooks: share, FLOPs, anomalies, stock vs patched."""
-    from vlforge.cli_args import build_options, parse_list
-    from vlforge.models.refs import check_model_ref
-    from vlforge.profile.options import ProfileOptions, check_trace_dir
+    from vlforge.profile.command import JOB
+    from vlforge.profile.options import ProfileOptions
 
-    options = build_options(
-        ProfileOptions, model=model, synthetic=synthetic, images=image or [], video=video,
-        video_frames=video_frames, batch_sizes=parse_list(batch_sizes, cast=int, flag="--batch-sizes"),
-        dtype=dtype, device=device, attn=parse_list(attn, flag="--attn"), warmup=warmup, repeats=repeats,
-        compare=parse_list(compare, flag="--compare"), trace_dir=trace,
-    )
-    check_trace_dir(options)  # every check before torch and the model load (a typo costs < 1 s)
-    if plot is not None:
-        from vlforge.outputs import check_output_file
-        from vlforge.profile.render import require_matplotlib
-
-        require_matplotlib()
-        check_output_file(plot, flag="--plot")
-    check_model_ref(options.model)
-    from vlforge import profile as profile_job
-
-    report = profile_job.run_profile(options)
-    if plot is not None:
-        profile_job.plot(report, plot)
-    if as_json:
-        typer.echo(report.model_dump_json(indent=2))
-    else:
-        profile_job.render(report, report_console(), per_block=per_block)
+    _run(JOB, _build(
+        ProfileOptions, model=model, synthetic=synthetic, images=image or [], video=video, video_frames=video_frames,
+        batch_sizes=_list(batch_sizes, "--batch-sizes", int), dtype=dtype, device=device,
+        attn=_list(attn, "--attn"), warmup=warmup, repeats=repeats, compare=_list(compare, "--compare"),
+        trace_dir=trace, plot=plot, per_block=per_block,
+    ), as_json=as_json)
 
 
 @app.command()
@@ -177,76 +191,42 @@ def verify(
     max_kl: Annotated[float | None, typer.Option(help="Also fail when mean logits KL exceeds this.")] = None,
     min_top1: Annotated[float | None, typer.Option(help="Also fail when top-1 agreement is below this.")] = None,
     require_identical_generation: Annotated[bool, typer.Option(help="Also fail when generations differ.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+    as_json: _JsonOpt = False,
 ) -> None:
     """Prove the patched model computes the same outputs as the stock one; exit 3 naming any failed check."""
-    from vlforge.cli_args import build_options
-    from vlforge.models.refs import check_model_ref
+    from vlforge.verify.command import JOB
     from vlforge.verify.options import VerifyOptions
 
-    options = build_options(
+    _run(JOB, _build(
         VerifyOptions, model=model, synthetic=synthetic, images=image or [], video=video,
         video_frames=video_frames, batch_size=batch_size, dtype=dtype, device=device, attn=attn,
         precision=precision, generate_tokens=generate, tower_reference=tower_reference,
         max_fp32_layer_diff=max_fp32_layer_diff, min_bf16_layer_cosine=min_bf16_layer_cosine,
         min_tower_cosine=min_tower_cosine, max_kl=max_kl, min_top1=min_top1,
         require_identical_generation=require_identical_generation,
-    )
-    check_model_ref(options.model)  # every check before torch and the model load
-    from vlforge import verify as verify_job
+    ), as_json=as_json)
 
-    report = verify_job.run_verify(options)
-    if as_json:
-        typer.echo(report.model_dump_json(indent=2))
-    else:
-        verify_job.render(report, report_console())
-    if not report.passed:
-        for check in report.checks:
-            if not check.passed:
-                console.print(f"[bold red]verify failed:[/] {check.describe()}", highlight=False, soft_wrap=True)
-        raise typer.Exit(3)  # 2 is bad input
+
+_ConfigArg = Annotated[Path, typer.Argument(help="Training config YAML: native, LMMS Engine or guide layout.")]
 
 
 @app.command()
 def validate(
-    config: Annotated[Path, typer.Argument(help="Training config YAML: native, LMMS Engine or guide layout.")],
+    config: _ConfigArg,
     overrides: Annotated[
         list[str] | None, typer.Argument(help="key=value overrides, e.g. training.learning_rate=1e-4.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")] = False,
 ) -> None:
     """Check a training config: print it resolved (exit 0) or one line per problem (exit 2)."""
-    import json
+    from vlforge.config.validate import JOB, ValidateRun
 
-    from vlforge.train import validate as validate_job
-
-    report = validate_job.check(config, overrides or [])
-    if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2))
-    elif report.ok:
-        typer.echo(report.to_yaml_text(), nl=False)
-    else:
-        for line in report.error_lines():
-            typer.echo(f"error: {line}", err=True)
-    if not report.ok:
-        raise typer.Exit(2)
-
-
-def _checked_config(config: Path, settings: list[str]) -> Any:
-    """The validated training config (``vlforge validate``'s report), or one ``error:`` line per problem and exit 2."""
-    from vlforge.train import validate as validate_job
-
-    report = validate_job.check(config, settings)
-    if not report.ok:
-        for line in report.error_lines():
-            typer.echo(f"error: {line}", err=True)
-        raise typer.Exit(2)
-    return report
+    _run(JOB, ValidateRun(config, tuple(overrides or ())), as_json=as_json)
 
 
 @app.command()
 def train(
-    config: Annotated[Path, typer.Argument(help="Training config YAML: native, LMMS Engine or guide layout.")],
+    config: _ConfigArg,
     overrides: Annotated[
         list[str] | None, typer.Argument(help="key=value overrides, e.g. training.max_steps=10.")
     ] = None,
@@ -255,38 +235,17 @@ def train(
                                               "special tokens at start-up (model.token_audit).")] = True,
 ) -> None:
     """Train in this process (for several: torchrun ... -m vlforge.train CONFIG); export to OUTPUT_DIR/final."""
-    import json
+    from vlforge.train.command import JOB, TrainRun
 
-    from vlforge.train import preflight
-
-    extra = [] if token_audit else ["model.token_audit=false"]
-    settings = [*(overrides or []), *extra]
-    report = _checked_config(config, settings)  # every check before torch and the model load
-    preflight.check_outputs(report.resolved.config)
-    preflight.check_model(report.resolved.config)
-    from vlforge.train.trainer import run
-
-    result = run(config, settings, progress=not as_json and sys.stderr.isatty())
-    summary = {"output_dir": str(result.output_dir), "steps": result.steps, "losses": result.losses,
-               "eval_losses": result.eval_losses, "checkpoint": str(result.checkpoint) if result.checkpoint else None,
-               "export_dir": str(result.export_dir) if result.export_dir else None,
-               "resumed_from": str(result.resumed_from) if result.resumed_from else None,
-               "data": {k: result.data_report.get(k) for k in ("samples_seen", "skipped_total", "skipped_share",
-                                                                 "skipped")}}
-    if as_json:
-        typer.echo(json.dumps(summary, indent=2))
-    else:
-        data = result.data_report
-        skipped = (f"skipped {data['skipped_total']} of {data['samples_seen']} samples ({data['skipped_share']:.1%}: "
-                   + ", ".join(f"{k}={v}" for k, v in data["skipped"].items()) + f"; {result.output_dir}/data_report.json)"
-                   if data.get("skipped_total") else "no sample skipped")
-        console.print(f"trained {result.steps} steps; final model: {summary['export_dir']}; {skipped}", highlight=False,
-                      soft_wrap=True)
+    settings = [*(overrides or []), *([] if token_audit else ["model.token_audit=false"])]
+    resolved = _validated(config, settings)  # read and validated once, before torch and the model load
+    progress = not as_json and sys.stderr.isatty() and _main_rank()
+    _run(JOB, TrainRun(resolved, progress=progress), as_json=as_json)
 
 
 @app.command()
 def plan(
-    config: Annotated[Path, typer.Argument(help="Training config YAML: native, LMMS Engine or guide layout.")],
+    config: _ConfigArg,
     overrides: Annotated[
         list[str] | None, typer.Argument(help="key=value overrides, e.g. packing.packing_length=8192.")
     ] = None,
@@ -303,26 +262,14 @@ def plan(
 ) -> None:
     """Estimate peak memory per rank of a training config (meta device, no weights) and what makes it fit; exit 1
     when it does not fit."""
-    import json
-
+    from vlforge.plan.command import JOB, PlanRun
     from vlforge.plan.options import check_layout, parse_memory
-    from vlforge.train.preflight import check_model
 
-    memory = parse_memory(gpu_memory) if gpu_memory is not None else None
+    if gpu_memory is not None:  # flags first: a typo costs no config read
+        parse_memory(gpu_memory)
     check_layout(gpus, nodes)
-    cfg = _checked_config(config, overrides or []).resolved.config
-    check_model(cfg)
-    from vlforge.plan.report import make_plan, render
-
-    result = make_plan(cfg, gpus=gpus, nodes=nodes, gpu_memory=memory, sample_length=seq_len,
-                       label_share=label_share, visual_share=visual_share)
-    if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2))
-    else:
-        for line in render(result):
-            typer.echo(line)
-    if not result.fits:
-        raise typer.Exit(1)
+    _run(JOB, PlanRun(_validated(config, overrides or []), gpus=gpus, nodes=nodes, gpu_memory=gpu_memory,
+                      seq_len=seq_len, label_share=label_share, visual_share=visual_share), as_json=as_json)
 
 
 @app.command("export")
@@ -332,10 +279,9 @@ def export_command(
     source: Annotated[str | None, typer.Option(help="Source model (default: the one the run trained).")] = None,
 ) -> None:
     """Write a training checkpoint as a Hugging Face directory (safetensors + config + processor files)."""
-    from vlforge.train.export import export_checkpoint
+    from vlforge.train.export import JOB, ExportRequest
 
-    path = export_checkpoint(checkpoint, out, source=source)
-    console.print(f"exported {checkpoint} -> {path}", highlight=False)
+    _run(JOB, ExportRequest(checkpoint, out, source))
 
 
 @app.command()
@@ -347,23 +293,19 @@ def doctor(
     windows: Annotated[int | None, typer.Option(min=1, help="Windows per measured call (default: a 1024x1024 image).")] = None,
     bench_seconds: Annotated[float | None, typer.Option(min=0.0, help="Time budget of the measurement "
                                                          "[default: 5].")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+    json_output: _JsonOpt = False,
     tokens: Annotated[bool, typer.Option("--tokens/--no-tokens", help="Audit untrained special tokens of the "
                                          "chat template (reads the checkpoint's embeddings, a few seconds).")] = True,
     fmt: Annotated[str | None, typer.Option("--format", help="Also audit a reward format's tags: r1.")] = None,
     reward_regex: Annotated[str | None, typer.Option(help="Also audit the literal tags of this reward regex.")] = None,
     tags: Annotated[list[str] | None, typer.Option("--tags", help="Also audit these tags (comma-separated).")] = None,
 ) -> None:
-    """Diagnose this machine (and a model): facts, rules, measurement, fixes. Exit 0 ok, 1 warnings, 2 errors."""
-    from vlforge.doctor.command import check_options
+    """Diagnose this machine (and a model): facts, rules, measurement, fixes. Exit 0 ok, 1 warnings, 3 errors."""
+    from vlforge.doctor.command import JOB, DoctorOptions
 
-    check_options(model, assume=assume, bench=bench, windows=windows, bench_seconds=bench_seconds, tokens=tokens,
-                  fmt=fmt, reward_regex=reward_regex, tags=tags)
-    from vlforge.doctor.command import run, token_options
-
-    code = run(model, dtype=dtype, assume=assume, bench=bench, windows=windows, bench_seconds=bench_seconds,
-               json_output=json_output, tokens=token_options(tokens, fmt, reward_regex, tags))
-    raise typer.Exit(code)
+    _run(JOB, _build(DoctorOptions, model=model, dtype=dtype, assume=assume, bench=bench, windows=windows,
+                     bench_seconds=bench_seconds, tokens=tokens, fmt=fmt, reward_regex=reward_regex,
+                     tags=tags or []), as_json=json_output)
 
 
 tokens_app = typer.Typer(help="Under-trained tokens: scan a vocabulary, audit template / reward-format tags, repair.",
@@ -388,16 +330,16 @@ def tokens_audit(
     verify: Annotated[bool, typer.Option("--verify", help="Forward-pass repeat check of the tag ids.")] = False,
     verify_dtype: Annotated[str, typer.Option(help="dtype for --verify.")] = "float32",
     rewrite_out: Annotated[Path | None, typer.Option(help="Write the rewritten template / regex here.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+    json_output: _JsonOpt = False,
 ) -> None:
     """Audit tags: encoding, generated vs prefilled, weights verdicts. Exit 3 untrained, 1 weak, 0 fine (2: bad input)."""
-    from vlforge.tokens.command import audit_command
+    from vlforge.tokens.command import AUDIT, AuditRequest
 
-    raise typer.Exit(audit_command(
-        model=model, tokenizer=tokenizer, tags=tags, template=template, model_template=model_template,
-        template_vars=template_var, reward_regex=reward_regex, fmt=fmt, reference_ids=reference_ids,
-        thresholds=threshold, verify=verify, verify_dtype=verify_dtype, rewrite_out=rewrite_out,
-        json_output=json_output))
+    _run(AUDIT, _build(
+        AuditRequest, model=model, tokenizer=tokenizer, tags=tags or [], template=template,
+        model_template=model_template, template_vars=template_var or [], reward_regex=reward_regex, fmt=fmt,
+        reference_ids=reference_ids or [], thresholds=threshold or [], verify=verify, verify_dtype=verify_dtype,
+        rewrite_out=rewrite_out), as_json=json_output)
 
 
 @tokens_app.command("scan")
@@ -411,15 +353,15 @@ def tokens_scan(
     verify_dtype: Annotated[str, typer.Option(help="dtype for --verify.")] = "float32",
     verify_batch: Annotated[int, typer.Option(help="Prompts per forward pass for --verify.")] = 32,
     verify_max: Annotated[int, typer.Option(help="Verify at most this many flagged ids (highest score first).")] = 512,
-    json_output: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+    json_output: _JsonOpt = False,
 ) -> None:
     """Score every vocabulary id: untrained / weak / trained from the weights alone. Exit 0 (2: bad input)."""
-    from vlforge.tokens.command import scan_command
+    from vlforge.tokens.command import SCAN, ScanRequest
 
-    raise typer.Exit(scan_command(
-        model=model, tokenizer=tokenizer, top=top, reference_ids=reference_ids, thresholds=threshold,
-        verify=verify, verify_dtype=verify_dtype, verify_batch=verify_batch, verify_max=verify_max,
-        json_output=json_output))
+    _run(SCAN, _build(
+        ScanRequest, model=model, tokenizer=tokenizer, top=top, reference_ids=reference_ids or [],
+        thresholds=threshold or [], verify=verify, verify_dtype=verify_dtype, verify_batch=verify_batch,
+        verify_max=verify_max), as_json=json_output)
 
 
 @tokens_app.command("fix")
@@ -432,13 +374,13 @@ def tokens_fix(
     seed: Annotated[int, typer.Option(help="Seed of the added noise.")] = 0,
     noise: Annotated[float, typer.Option(help="Noise std relative to the per-element row scale.")] = 0.02,
     trainable_rows: Annotated[Path | None, typer.Option(help="Write the changed ids (to unfreeze) as JSON.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print only the JSON report on stdout.")] = False,
+    json_output: _JsonOpt = False,
 ) -> None:
     """Write a copy of the checkpoint whose flagged embedding rows are re-initialised."""
-    from vlforge.tokens.command import fix_command
+    from vlforge.tokens.command import FIX, FixRequest
 
-    raise typer.Exit(fix_command(model=model, out=out, strategy=strategy, ids=ids, tags=tags, seed=seed,
-                                 noise=noise, trainable_rows=trainable_rows, json_output=json_output))
+    _run(FIX, _build(FixRequest, model=model, out=out, strategy=strategy, ids=ids or [], tags=tags or [], seed=seed,
+                     noise=noise, trainable_rows=trainable_rows), as_json=json_output)
 
 
 @app.command()
@@ -468,30 +410,21 @@ def extract(
     as_json: Annotated[bool, typer.Option("--json", help="Print only the JSON summary on stdout.")] = False,
 ) -> None:
     """Extract features into a sharded, resumable cache (works under torchrun; see docs/extract.md)."""
-    import json
-
-    from vlforge.cli_args import build_options, parse_list
+    from vlforge.extract.command import JOB, ExtractRun
     from vlforge.extract.options import ExtractOptions
-    from vlforge.extract.preflight import preflight
 
-    options = build_options(
-        ExtractOptions, model=model, data=data, out=out, features=parse_list(features, flag="--features"),
-        layers=parse_list(layers, cast=int, flag="--layers"), dtype=dtype, batch_size=batch_size,
-        shard_size=shard_size, format=fmt, num_workers=num_workers, on_error=on_error,
-        max_skip_fraction=max_skip_fraction, attn_implementation=attn,
-        id_field=id_field, weights_hash=weights_hash, device=device, overwrite=overwrite,
-        token_audit=token_audit,
+    options = _build(
+        ExtractOptions, model=model, data=data, out=out, features=_list(features, "--features"),
+        layers=_list(layers, "--layers", int), dtype=dtype, batch_size=batch_size, shard_size=shard_size,
+        format=fmt, num_workers=num_workers, on_error=on_error, max_skip_fraction=max_skip_fraction,
+        attn_implementation=attn, id_field=id_field, weights_hash=weights_hash, device=device,
+        overwrite=overwrite, token_audit=token_audit,
     )
-    preflight(options)  # every check before torch and the model load (a typo costs < 1 s)
-    from vlforge.extract import run_extract
-
-    summary = run_extract(options, progress=show_progress and not as_json)
-    if as_json:
-        typer.echo(json.dumps(summary.to_dict(), indent=2))
+    _run(JOB, ExtractRun(options, progress=show_progress and not as_json), as_json=as_json)
 
 
 def _command() -> typer.core.TyperGroup:
-    """``app`` as a click command whose ``--help`` shows boolean flags without a value type.
+    """``app`` as a click command whose ``--help`` shows boolean flags without a value type and the exit codes.
 
     typer 0.29 renders every flag as ``--verbose -v <bool>``, as if it took a value. Every option of every
     command and sub-command that is a flag gets an empty metavar, which hides the type; options that take a
@@ -511,6 +444,7 @@ def _command() -> typer.core.TyperGroup:
     pending = [command]
     while pending:
         current = pending.pop()
+        current.epilog = EXIT_CODES_HELP  # defined once (vlforge.errors.ExitCode), shown in every --help
         for param in current.params:
             if getattr(param, "is_flag", False):
                 param.metavar = ""
@@ -519,14 +453,15 @@ def _command() -> typer.core.TyperGroup:
     return command  # type: ignore[return-value]
 
 
-def main() -> None:
-    """Console-script entry point: user errors become one line on stderr and a non-zero exit.
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point (``argv``: the arguments after ``vlforge``, default ``sys.argv``): user errors
+    become one line on stderr and their exit code (2).
 
     The message is printed literally (escaped), so text such as ``pip install 'vlforge[plot]'`` is never
     read as rich markup.
     """
     try:
-        _command()()
+        _command()(args=argv, prog_name="vlforge")
     except VlforgeError as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)
         sys.exit(error.exit_code)

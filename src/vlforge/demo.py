@@ -11,6 +11,7 @@ import logging
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,10 +20,11 @@ from rich.markup import escape
 from rich.table import Table
 
 import vlforge
+from vlforge.command import Job, always_ok
+from vlforge.diagnosis import report as doctor_report
+from vlforge.diagnosis.bench import measure_conv
+from vlforge.diagnosis.rules import Measurement
 from vlforge.doctor import render as render_doctor
-from vlforge.doctor import report as doctor_report
-from vlforge.doctor.bench import measure_conv
-from vlforge.doctor.rules import Measurement
 from vlforge.errors import VlforgeError
 from vlforge.profile import ProfileOptions, compare_table, run_profile
 from vlforge.tables import print_table
@@ -169,3 +171,20 @@ def run(console: Console, seconds: float = 20.0) -> None:
     if not verdict.passed:
         raise VlforgeError(f"demo: {verdict.verdict()}")
     console.print("[bold green]demo finished: the patched model is equivalent and its speed was measured above")
+
+
+@dataclass(frozen=True)
+class DemoRequest:
+    """``vlforge demo [--seconds S]``: the time budget of the speed measurement."""
+
+    seconds: float = 20.0
+
+
+def _run_request(request: DemoRequest) -> None:
+    from vlforge.tables import report_console
+
+    run(report_console(), seconds=request.seconds)  # the demo shows each step as it runs
+
+
+JOB: Job[DemoRequest, None] = Job(check=lambda request: None, run=_run_request, render=lambda request, report, c: None,
+                                  to_json=lambda report: "{}", exit_code=always_ok)

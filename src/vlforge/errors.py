@@ -1,18 +1,53 @@
-"""Errors vlforge raises for users: one line, naming the file, key or module at fault.
+"""Errors vlforge raises for users (one line, naming the file, key or module at fault), the exit codes of every
+command, and the one "did you mean" helper.
 
 Example:
     >>> from vlforge.errors import VlforgeError, PatchError
-    >>> issubclass(PatchError, VlforgeError)
-    True
+    >>> issubclass(PatchError, VlforgeError), int(ExitCode.BAD_INPUT)
+    (True, 2)
+    >>> did_you_mean("lerning_rate", ["learning_rate", "seed"])
+    "; did you mean 'learning_rate'?"
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """What every vlforge command's exit status means (shown in every ``--help``)."""
+
+    OK = 0
+    """Done; nothing to report."""
+    WARNING = 1
+    """Done, with a warning-level verdict (e.g. doctor warnings, a weak token, a plan that does not fit)."""
+    BAD_INPUT = 2
+    """Bad input or a broken environment: a one-line error, nothing was run or written."""
+    FAILED = 3
+    """The check ran and its verdict is a failure (doctor errors, verify mismatches, untrained tokens)."""
+
+
+EXIT_CODES_HELP = ("Exit codes: 0 ok; 1 done with warnings; 2 bad input (one error line, nothing run); "
+                   "3 the verdict is a failure.")
+
+
+def close_matches(name: str, candidates: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    """The candidates closest to a misspelled ``name`` (best first; empty when nothing is close)."""
+    return difflib.get_close_matches(str(name), [str(c) for c in candidates], n=n, cutoff=cutoff)
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest candidate, or ``""``: appended to an error message."""
+    found = close_matches(name, candidates)
+    return f"; did you mean {found[0]!r}?" if found else ""
 
 
 class VlforgeError(Exception):
     """Base class of every user-facing vlforge error (the CLI prints it as one line, exit 2)."""
 
-    exit_code: int = 2
+    exit_code: int = ExitCode.BAD_INPUT
 
 
 class PatchError(VlforgeError, ValueError):

@@ -2,12 +2,12 @@
 
 vlforge's commands check their arguments before they import torch or transformers (an error in well under
 a second, `--help` without loading either). A package ``__init__`` that imported every submodule eagerly
-would defeat that: importing ``vlforge.doctor.facts`` would run ``vlforge/doctor/__init__.py`` and with it
+would defeat that: importing ``vlforge.diagnosis.facts`` would run ``vlforge/diagnosis/__init__.py`` and with it
 every heavy module of the package. :func:`lazy_exports` makes the package's public names resolve on first
-use (PEP 562), so ``from vlforge.doctor import report`` works as before and costs the import only then.
+use (PEP 562), so ``from vlforge.diagnosis import report`` works as before and costs the import only then.
 
-A public name may equal one of the package's submodules (``vlforge.doctor.report`` the function and
-``vlforge/doctor/report.py``); Python's import system would set the package attribute to the submodule
+A public name may equal one of the package's submodules (``vlforge.diagnosis.report`` the function and
+``vlforge/diagnosis/report.py``); Python's import system would set the package attribute to the submodule
 when it loads, hiding the function, so the package keeps such names out of its attributes and always
 answers the exported object (as the eager ``from .report import report`` used to).
 
@@ -54,7 +54,7 @@ def lazy_exports(package: str, exports: dict[str, str]) -> None:
     """Make ``package`` (already in ``sys.modules``) answer each name of ``exports`` from its module on use.
 
     ``exports`` maps a public name to the absolute name of the module that defines it. Call it from the
-    package's ``__init__``: ``lazy_exports(__name__, {"report": "vlforge.doctor.report", ...})``.
+    package's ``__init__``: ``lazy_exports(__name__, {"report": "vlforge.diagnosis.report", ...})``.
     """
     module = sys.modules[package]
     module.__class__ = _LazyPackage

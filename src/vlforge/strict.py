@@ -1,40 +1,71 @@
-"""A pydantic base for every options/config model: unknown keys are errors with a "did you mean".
+"""The one pydantic base of every options and config model, and its errors as one line.
+
+Unknown keys are errors (``extra="forbid"``), fields are documented by the docstring under them, and NaN or
+infinity are refused. :func:`error_line` renders a validation error as the one line users see, an unknown key
+with its closest match.
 
 Example:
-    >>> from vlforge.strict import StrictModel
+    >>> from pydantic import ValidationError
+    >>> from vlforge.strict import StrictModel, error_line
     >>> class Options(StrictModel):
     ...     batch_size: int = 1
-    >>> Options(batch_sise=2)
-    Traceback (most recent call last):
-    ...
-    pydantic_core._pydantic_core.ValidationError: 1 validation error for Options
-      Value error, unknown key 'batch_sise'; did you mean 'batch_size'? [type=value_error, input_value={'batch_sise': 2}, input_type=dict]
-    ...
+    >>> try:
+    ...     Options(batch_sise=2)
+    ... except ValidationError as error:
+    ...     print(error_line(error, Options))
+    unknown key 'batch_sise'; did you mean 'batch_size'?
 """
 
 from __future__ import annotations
 
-import difflib
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from vlforge.errors import did_you_mean
 
 
 class StrictModel(BaseModel):
-    """``extra="forbid"`` plus a close-match suggestion for the first unknown key."""
+    """``extra="forbid"``, attribute docstrings as field descriptions, no NaN or infinity."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
     unknown_label: ClassVar[str] = "key"
-    """Word used in the error: ``unknown key 'x'`` (configs) or ``unknown option 'x'`` (commands)."""
+    """Word used for an unknown name: ``unknown key 'x'`` (configs) or ``unknown option 'x'`` (commands)."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _suggest_unknown(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            fields = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
-            for key in data:
-                if key not in fields:
-                    hint = difflib.get_close_matches(str(key), sorted(fields), n=1)
-                    suffix = f"; did you mean {hint[0]!r}?" if hint else ""
-                    raise ValueError(f"unknown {cls.unknown_label} {key!r}{suffix}")
-        return data
+
+def model_in_annotation(annotation: Any) -> type[BaseModel] | None:
+    """The BaseModel class inside ``annotation`` (through ``X | None`` and ``list[X]``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = model_in_annotation(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class that holds the field at ``loc`` (list indices skipped), or None off the schema."""
+    current: type[BaseModel] | None = model
+    for part in loc:
+        if isinstance(part, int) or current is None:
+            continue
+        info = current.model_fields.get(str(part))
+        current = model_in_annotation(info.annotation) if info is not None else None
+    return current
+
+
+def error_line(error: ValidationError, model: type[BaseModel]) -> str:
+    """The first problem of ``error`` (raised validating ``model``) as ``key.path: message``."""
+    first = error.errors(include_url=False)[0]
+    loc = tuple(first["loc"])
+    where = ".".join(str(part) for part in loc[:-1] if not isinstance(part, int))
+    if first["type"] == "extra_forbidden":
+        owner = model_at(model, loc[:-1])
+        names = set(owner.model_fields) | {f.alias for f in owner.model_fields.values() if f.alias} if owner else set()
+        label = getattr(owner, "unknown_label", "key")
+        line = f"unknown {label} {str(loc[-1])!r}{did_you_mean(str(loc[-1]), sorted(names))}"
+        return f"{where}: {line}" if where else line
+    message = first["msg"].removeprefix("Value error, ")
+    path = ".".join(str(part) for part in loc)
+    return f"{path}: {message}" if path else message

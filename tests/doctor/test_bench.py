@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import vlforge
-from vlforge.doctor import Context, Measurement, evaluate, inspect_model, report
-from vlforge.doctor.bench import default_windows, measure_conv, measure_model
+from vlforge.diagnosis import Context, Measurement, evaluate, inspect_model, report
+from vlforge.diagnosis.bench import default_windows, measure_conv, measure_model
 from vlforge.patches import auto
 
 
@@ -52,7 +52,7 @@ def _measurement(conv_ms: float, gemm_ms: float) -> Measurement:
     (10.0, 27.0, True, "bench-gemm-slower", "warning"),
 ])
 def test_measurement_findings(conv_ms, gemm_ms, patched, rule, severity) -> None:
-    from vlforge.doctor.facts import Facts
+    from vlforge.diagnosis.facts import Facts
 
     model = torch.nn.Sequential(torch.nn.Conv3d(3, 8, (2, 4, 4), stride=(2, 4, 4)))
     if patched:

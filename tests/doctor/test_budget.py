@@ -15,12 +15,12 @@ import pytest
 import torch
 from rich.console import Console
 
-import vlforge.doctor.bench as bench
+import vlforge.diagnosis.bench as bench
 import vlforge.patches.timing as timing
-from vlforge.doctor import Context, evaluate, inspect_model
-from vlforge.doctor.facts import Facts
+from vlforge.diagnosis import Context, evaluate, inspect_model
+from vlforge.diagnosis.facts import Facts
+from vlforge.diagnosis.report import BenchStatus, DoctorReport
 from vlforge.doctor.render import measurements_table, render
-from vlforge.doctor.report import BenchStatus, DoctorReport
 from vlforge.patches.timing import choose_path, time_variants
 
 CPU = torch.device("cpu")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vlforge.doctor import DoctorError, apply_assume, collect_facts, parse_assume
-from vlforge.doctor.facts import format_cudnn, parse_cudnn, torch_release
+from vlforge.diagnosis import DoctorError, apply_assume, collect_facts, parse_assume
+from vlforge.diagnosis.facts import format_cudnn, parse_cudnn, torch_release
 from vlforge.errors import VlforgeError
 
 

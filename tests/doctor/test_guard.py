@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from vlforge.doctor import UnfixableError, guard
+from vlforge.diagnosis import UnfixableError, guard
 from vlforge.errors import VlforgeError
 from vlforge.patches import is_patched, patched_modules
 

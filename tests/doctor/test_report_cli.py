@@ -11,8 +11,9 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from vlforge.cli import app
-from vlforge.doctor import SCHEMA_VERSION, render, report
-from vlforge.doctor.facts import Facts
+from vlforge.diagnosis import SCHEMA_VERSION, report
+from vlforge.diagnosis.facts import Facts
+from vlforge.doctor import render
 
 runner = CliRunner()
 

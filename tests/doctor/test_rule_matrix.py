@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import vlforge
-from vlforge.doctor import report
+from vlforge.diagnosis import report
 
 TORCHES = ["2.8.0", "2.9.0", "2.9.1", "2.10.0"]
 CUDNNS = [(9, 7), (9, 10), (9, 14), (9, 15)]

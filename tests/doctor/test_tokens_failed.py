@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vlforge.doctor import report
-from vlforge.doctor import tokens as doctor_tokens
+from vlforge.diagnosis import report
+from vlforge.diagnosis import tokens as doctor_tokens
 
 
 def test_unexpected_audit_error_is_a_warning(tiny_checkpoint, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,9 +18,9 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from vlforge.cli import app
-from vlforge.doctor import Context, ModelInfo, evaluate, guard, report
-from vlforge.doctor.facts import DoctorError, Facts
-from vlforge.doctor.tokens import TokenOptions, TokensAudit, run_tokens_audit
+from vlforge.diagnosis import Context, ModelInfo, evaluate, guard, report
+from vlforge.diagnosis.facts import DoctorError, Facts
+from vlforge.diagnosis.tokens import TokenOptions, TokensAudit, run_tokens_audit
 from vlforge.errors import VlforgeError
 
 runner = CliRunner()

@@ -60,9 +60,9 @@ def _peer_python() -> str | None:
 def written(tiny_checkpoint, tmp_path_factory):
     """Tiny checkpoints of every family, a one-step training run's export, and an export and a token fix
     whose source checkpoint was written by an older vlforge (processor files naming vlforge's classes)."""
+    from vlforge.config.schema import TrainConfig
     from vlforge.tokens.fix import FixOptions, fix_checkpoint
     from vlforge.train.export import export_checkpoint
-    from vlforge.train.schema import TrainConfig
     from vlforge.train.trainer import run
 
     dirs = {family: tiny_checkpoint(family) for family in tiny.families()}

@@ -68,7 +68,7 @@ def test_samples_never_see_each_other_and_no_dense_mask_is_built():
     k2[:, :, 3:7] += 100  # another sample's keys change: the first sample's output must not
     out2, _ = varlen_attention(None, q, k2, v, None, cu_seq_lens_q=cu)
     assert torch.equal(out2[:, :3], out[:, :3]) and not torch.allclose(out2[:, 3:7], out[:, 3:7])
-    from vlforge.plan.probe import saved_bytes
+    from vlforge.memory.probe import saved_bytes
 
     kept = saved_bytes(lambda: varlen_attention(None, q, k, v, None, cu_seq_lens_q=cu))[0]
     assert kept < 4 * 10 * 10 * 4 * 4  # far below one fp32 (heads x L x L) score tensor per head group

@@ -13,12 +13,13 @@ import torch
 from typer.testing import CliRunner
 
 from vlforge.cli import app
+from vlforge.config.load import load_config
 from vlforge.errors import ConfigError
-from vlforge.plan.estimate import estimate_memory
+from vlforge.memory.estimate import estimate_memory
+from vlforge.memory.probe import find_stack, meta_model, register_standin, saved_bytes, text_layer_bytes
+from vlforge.models.load import load_model_config
 from vlforge.plan.options import parse_memory
-from vlforge.plan.probe import find_stack, meta_model, register_standin, saved_bytes, text_layer_bytes
-from vlforge.plan.report import load_model_config, make_plan
-from vlforge.train.config import load_config
+from vlforge.plan.report import make_plan
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "examples" / "qwen3_vl_tiny.yaml"
@@ -45,7 +46,7 @@ def test_a_layer_on_meta_keeps_what_the_same_layer_keeps_on_the_cpu():
     on_meta = text_layer_bytes(meta, 96, torch.float32)
     from transformers import AutoModelForImageTextToText
 
-    from vlforge.plan.probe import STANDIN
+    from vlforge.memory.probe import STANDIN
 
     register_standin()
     real = AutoModelForImageTextToText.from_config(cfg, attn_implementation=STANDIN)
@@ -131,7 +132,7 @@ def test_estimate_is_within_20_percent_of_a_measured_training_step(tmp_path):
 def test_train_logs_the_verdict_and_warns_above_the_free_memory(monkeypatch, caplog, tmp_path):
     import logging
 
-    from vlforge.plan import report as plan_report
+    from vlforge.memory import verdict as memory_verdict
     from vlforge.train.trainer import Trainer
 
     cfg = load_config(TINY, [f"checkpointing.output_dir={tmp_path / 'out'}"])
@@ -141,7 +142,7 @@ def test_train_logs_the_verdict_and_warns_above_the_free_memory(monkeypatch, cap
     lines = [r for r in caplog.records if r.getMessage().startswith("plan: about")]
     assert len(lines) == 1 and lines[0].levelno == logging.INFO and "free on cpu" in lines[0].getMessage()
     caplog.clear()
-    monkeypatch.setattr(plan_report, "free_bytes", lambda device, local=1: 10 * 2**20)  # a 10 MiB device
+    monkeypatch.setattr(memory_verdict, "free_bytes", lambda device, local=1: 10 * 2**20)  # a 10 MiB device
     with caplog.at_level(logging.INFO, logger="vlforge.train"):
         trainer.plan_verdict()
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -160,7 +161,7 @@ def test_the_start_up_verdict_leaves_the_random_state_alone(tmp_path):
 
     cfg = load_config(TINY, [f"checkpointing.output_dir={tmp_path / 'out'}"])
     trainer = Trainer(cfg, progress=False, export=False)
-    from vlforge.plan.probe import attention_cost
+    from vlforge.memory.probe import attention_cost
 
     attention_cost.cache_clear()  # measured afresh: the path that runs SDPA on real tensors
     torch.manual_seed(123)

@@ -9,14 +9,9 @@ import torch
 from PIL import Image
 
 from vlforge.errors import DataError, VlforgeError
-from vlforge.models.inputs import (
-    check_sources,
-    frames_to_patches,
-    make_spec,
-    parse_synthetic,
-    smart_resize,
-    vision_rules,
-)
+from vlforge.media.resize import smart_resize
+from vlforge.models.input_checks import check_sources, parse_synthetic
+from vlforge.models.inputs import frames_to_patches, make_spec, vision_rules
 
 
 def test_one_synthetic_frame_equals_the_processor_image_path(loaded_tiny):

@@ -12,8 +12,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from vlforge.cli import app
-from vlforge.cli_args import build_options, parse_list
 from vlforge.errors import ConfigError, VlforgeError
+from vlforge.options import build_options, parse_list
 from vlforge.patches import patched_modules
 from vlforge.profile import ProfileOptions, ProfileReport, compare_table, plot, render, run_profile, run_table
 

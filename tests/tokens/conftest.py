@@ -33,6 +33,6 @@ def lm_tied(tmp_path_factory: pytest.TempPathFactory) -> TrainedLM:
 
 @pytest.fixture(scope="session")
 def qwen3_tok(qwen3_dir: Path):
-    from vlforge.tokens.tokenizer import load_tokenizer
+    from vlforge.vocab.tokenizer import load_tokenizer
 
     return load_tokenizer(qwen3_dir)

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
-from vlforge.tokens.tokenizer import byte_invalid_ids, load_tokenizer
+from vlforge.vocab.tokenizer import byte_invalid_ids, load_tokenizer
 
 from .helpers import qwen3_tokenizer_dir, write_reduced
 

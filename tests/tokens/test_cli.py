@@ -8,11 +8,11 @@ import re
 from typer.testing import CliRunner
 
 from vlforge.cli import app
-from vlforge.tokens.audit import AuditOptions, audit_template_tokens, run_audit
-from vlforge.tokens.detect import TRAINED, UNTRAINED
-from vlforge.tokens.reference import detect_for
-from vlforge.tokens.tokenizer import load_tokenizer
-from vlforge.tokens.weights import open_embeddings
+from vlforge.vocab.audit import AuditOptions, audit_template_tokens, run_audit
+from vlforge.vocab.detect import TRAINED, UNTRAINED
+from vlforge.vocab.reference import detect_for
+from vlforge.vocab.tokenizer import load_tokenizer
+from vlforge.vocab.weights import open_embeddings
 
 runner = CliRunner()
 
@@ -25,7 +25,7 @@ def _audit_json(*args: str) -> tuple[int, dict]:
 def test_r1_format_on_base_model_fails_with_2(lm_untied):
     code, report = _audit_json("--model", str(lm_untied.path), "--format", "r1")
     assert code == 3 and report["exit_code"] == 3 and report["verdict"] == UNTRAINED
-    assert report["schema_version"] == "vlforge.tokens.audit/2"
+    assert report["schema_version"] == "vlforge.vocab.audit/2"
     by_tag = {f["tag"]: f for f in report["findings"]}
     assert by_tag["<think>"]["verdict"] == UNTRAINED and by_tag["<think>"]["added"] == [True]
     assert by_tag["<think>"]["role"] == "generated" and by_tag["<think>"]["sources"] == ["format:r1"]

@@ -10,10 +10,10 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from vlforge.tokens.detect import TRAINED, UNTRAINED, detect
-from vlforge.tokens.reference import detect_for
-from vlforge.tokens.tokenizer import byte_invalid_ids, load_tokenizer
-from vlforge.tokens.weights import open_embeddings
+from vlforge.vocab.detect import TRAINED, UNTRAINED, detect
+from vlforge.vocab.reference import detect_for
+from vlforge.vocab.tokenizer import byte_invalid_ids, load_tokenizer
+from vlforge.vocab.weights import open_embeddings
 
 
 def _stats(path, **kw):

@@ -10,10 +10,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from vlforge.errors import ConfigError
-from vlforge.tokens.detect import TRAINED, UNTRAINED, detect
 from vlforge.tokens.fix import FixOptions, fix_checkpoint
-from vlforge.tokens.tokenizer import byte_invalid_ids, load_tokenizer
-from vlforge.tokens.weights import open_embeddings
+from vlforge.vocab.detect import TRAINED, UNTRAINED, detect
+from vlforge.vocab.tokenizer import byte_invalid_ids, load_tokenizer
+from vlforge.vocab.weights import open_embeddings
 
 
 def _verdicts(path):

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from vlforge.tokens.detect import score_cuts
-from vlforge.tokens.reference import unreachable_ids, unused_special_ids
-from vlforge.tokens.thresholds import THRESHOLDS
-from vlforge.tokens.tokenizer import byte_invalid_ids, is_byte_level
+from vlforge.vocab.detect import score_cuts
+from vlforge.vocab.reference import unreachable_ids, unused_special_ids
+from vlforge.vocab.thresholds import THRESHOLDS
+from vlforge.vocab.tokenizer import byte_invalid_ids, is_byte_level
 
 
 def test_unused_specials_of_the_real_qwen3_tokenizer(qwen3_tok):
@@ -49,7 +49,7 @@ def _wordpiece(tmp_path):
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]",
                                   cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]")
     tok.save_pretrained(tmp_path)
-    from vlforge.tokens.tokenizer import load_tokenizer
+    from vlforge.vocab.tokenizer import load_tokenizer
 
     return load_tokenizer(tmp_path), vocab
 

@@ -13,9 +13,9 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from vlforge.cli import app
-from vlforge.tokens.detect import UNTRAINED
 from vlforge.tokens.scan import ScanOptions, run_scan
-from vlforge.tokens.verify import repeat_probabilities_with
+from vlforge.vocab.detect import UNTRAINED
+from vlforge.vocab.verify import repeat_probabilities_with
 
 runner = CliRunner()
 
@@ -62,7 +62,7 @@ def test_top_keeps_the_highest_scores_and_chunking_changes_nothing(lm_untied):
 def test_verify_is_batched_and_matches_one_prompt_at_a_time(lm_tied):
     from transformers import AutoModelForCausalLM
 
-    from vlforge.tokens.tokenizer import load_tokenizer
+    from vlforge.vocab.tokenizer import load_tokenizer
 
     report = _scan_json("--model", str(lm_tied.path), "--top", "6", "--verify", "--verify-batch", "4")
     assert report["verified"] == 6 and report["verify_seconds"] is not None

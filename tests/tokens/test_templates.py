@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from vlforge.tokens.templates import (
+from vlforge.vocab.templates import (
     FORMATS,
     TemplateError,
     find_tags,
@@ -16,7 +16,7 @@ from vlforge.tokens.templates import (
     rewrite,
     template_tags,
 )
-from vlforge.tokens.tokenizer import added_tokens
+from vlforge.vocab.tokenizer import added_tokens
 
 
 def _added(tok) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vlforge.tokens.tokenizer import (
+from vlforge.vocab.tokenizer import (
     INVALID_UTF8_BYTES,
     _unicode_to_byte,
     byte_invalid_ids,

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM
 
-from vlforge.tokens.audit import AuditOptions, run_audit
-from vlforge.tokens.tokenizer import load_tokenizer
-from vlforge.tokens.verify import MIN_PROB, prompt_texts, repeat_probabilities_with
+from vlforge.vocab.audit import AuditOptions, run_audit
+from vlforge.vocab.tokenizer import load_tokenizer
+from vlforge.vocab.verify import MIN_PROB, prompt_texts, repeat_probabilities_with
 
 
 def test_repeat_probability_matches_a_manual_forward(lm_tied):

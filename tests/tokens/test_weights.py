@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from vlforge.errors import ModelLoadError
-from vlforge.tokens.weights import open_embeddings
+from vlforge.vocab.weights import open_embeddings
 
 
 def _write(path, tensors: dict, config: dict, shards: int = 1) -> None:

@@ -17,11 +17,11 @@ import pytest
 import torch
 from trainkit import DATASET, exported_weights, free_port, run_training, write_config
 
+from vlforge.config import load_config, resolve_config
+from vlforge.config.data import data_config
+from vlforge.dist import DistContext, init_distributed
 from vlforge.errors import ConfigError
-from vlforge.train import load_config, resolve_config
 from vlforge.train import trainer as trainer_module
-from vlforge.train.data_setup import data_config
-from vlforge.train.dist import DistContext, init_distributed
 from vlforge.train.model_setup import fsdp_mesh, precision_policy, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler, lr_multiplier
 from vlforge.train.trainer import Trainer, pin_batch, run

@@ -15,11 +15,11 @@ import sys
 import pytest
 from cfgkit import REPO
 
-from vlforge.train import load_config, resolve_config
-from vlforge.train.doc_tables import lmms_compat_doc
-from vlforge.train.lmms_compat import KEY_TABLE, classification, translate
-from vlforge.train.lmms_keys import INERT, REFUSED, SCHEMA_FILE, SCHEMA_SCRIPT, lmms_fields, load_schema
-from vlforge.train.problems import ConfigValidationError
+from vlforge.config import load_config, resolve_config
+from vlforge.config.doc_tables import lmms_compat_doc
+from vlforge.config.lmms import KEY_TABLE, classification, translate
+from vlforge.config.lmms_keys import INERT, REFUSED, SCHEMA_FILE, SCHEMA_SCRIPT, lmms_fields, load_schema
+from vlforge.config.problems import ConfigValidationError
 
 sys.path.insert(0, str(REPO / "scripts"))
 import peer_env
@@ -56,7 +56,7 @@ def test_every_key_is_classified_and_every_classification_is_a_key() -> None:
 
 def test_docs_page_is_generated_from_the_schema() -> None:
     text = DOC.read_text(encoding="utf-8")
-    assert text == lmms_compat_doc(), "docs/lmms_compat.md is stale: python -m vlforge.train.doc_tables --lmms"
+    assert text == lmms_compat_doc(), "docs/lmms_compat.md is stale: python -m vlforge.config.doc_tables --lmms"
     for key, record in lmms_fields().items():
         assert f"`{record['name']}`" in text, key
 

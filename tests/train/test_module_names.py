@@ -12,12 +12,13 @@ import torch
 from cfgkit import HERE, REPO
 from guidekit import write_parquet_dataset
 
+from vlforge.config.schema import TrainConfig
+from vlforge.dist import init_distributed
 from vlforge.errors import ConfigError
+from vlforge.models.adapters import apply_lora, freeze
 from vlforge.models.load import load
-from vlforge.train.dist import init_distributed
-from vlforge.train.model_setup import apply_lora, freeze, layer_classes, prepare_model
-from vlforge.train.module_names import ALIASES, resolve_layer_classes, resolve_lora_targets, resolve_module
-from vlforge.train.schema import TrainConfig
+from vlforge.models.module_names import ALIASES, resolve_layer_classes, resolve_lora_targets, resolve_module
+from vlforge.train.model_setup import layer_classes, prepare_model
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v")
 #: What LMMS Engine users write -> where transformers 5 keeps it, in every supported family.

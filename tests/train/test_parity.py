@@ -19,8 +19,8 @@ import pytest
 import torch
 from trainkit import REPO
 
+from vlforge.config.schema import TrainConfig
 from vlforge.train.loss import label_count
-from vlforge.train.schema import TrainConfig
 from vlforge.train.trainer import Trainer
 
 sys.path.insert(0, str(REPO / "benchmarks" / "peers"))

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from cfgkit import BAD_CONFIGS, MINIMAL
 
+from vlforge.config import ConfigValidationError, load_config
+from vlforge.config.validate import check
 from vlforge.errors import ConfigError, VlforgeError
-from vlforge.train import ConfigValidationError, load_config
-from vlforge.train.validate import check
 
 
 def test_corpus_is_broad() -> None:

@@ -9,7 +9,7 @@ from cfgkit import BAD_CONFIGS, MINIMAL, guide_path
 from typer.testing import CliRunner
 
 from vlforge.cli import app
-from vlforge.train import load_config
+from vlforge.config import load_config
 
 runner = CliRunner()
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from cfgkit import GUIDE_NAMES, HERE, SEEDS, guide_path
 
-from vlforge.train import load_config, resolve_config
+from vlforge.config import load_config, resolve_config
 
 
 @pytest.mark.parametrize("name", GUIDE_NAMES)

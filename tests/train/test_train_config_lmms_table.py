@@ -6,10 +6,10 @@ import pytest
 import yaml
 from cfgkit import GUIDE_NAMES, REPO, guide_path
 
-from vlforge.train.doc_tables import all_native_keys, mapping_table, schema_tables
-from vlforge.train.lmms_compat import BY_LMMS, KEY_TABLE, Expand, Ignore, classification, translate
-from vlforge.train.lmms_keys import lmms_fields
-from vlforge.train.schema import SECTION_FIELDS
+from vlforge.config.doc_tables import all_native_keys, mapping_table, schema_tables
+from vlforge.config.lmms import BY_LMMS, KEY_TABLE, Expand, Ignore, classification, translate
+from vlforge.config.lmms_keys import lmms_fields
+from vlforge.config.schema import SECTION_FIELDS
 
 DOCS = REPO / "docs" / "train.md"
 
@@ -111,5 +111,5 @@ def test_docs_list_every_key_and_carry_the_generated_tables() -> None:
     text = DOCS.read_text(encoding="utf-8")
     for entry in KEY_TABLE:
         assert f"`{entry.lmms}`" in text, entry.lmms
-    assert mapping_table() in text, "docs/train.md mapping table is stale: python -m vlforge.train.doc_tables"
-    assert schema_tables() in text, "docs/train.md schema tables are stale: python -m vlforge.train.doc_tables"
+    assert mapping_table() in text, "docs/train.md mapping table is stale: python -m vlforge.config.doc_tables"
+    assert schema_tables() in text, "docs/train.md schema tables are stale: python -m vlforge.config.doc_tables"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from cfgkit import MINIMAL, guide_path
 
-from vlforge.train import ConfigValidationError, load_config
+from vlforge.config import ConfigValidationError, load_config
 
 
 def test_native_overrides_parse_yaml_values(write_yaml) -> None:

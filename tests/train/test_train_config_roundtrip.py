@@ -9,7 +9,7 @@ from cfgkit import GUIDE_NAMES, MINIMAL, REPO, guide_path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vlforge.train import TrainConfig, load_config, resolve_config
+from vlforge.config import TrainConfig, load_config, resolve_config
 
 FULL = """
 trainer_type: fsdp2_trainer

@@ -8,8 +8,8 @@ import pytest
 from cfgkit import MINIMAL, REPO
 from pydantic import ValidationError
 
-from vlforge.train import TrainConfig, load_config, resolve_config
-from vlforge.train.schema import section_models
+from vlforge.config import TrainConfig, load_config, resolve_config
+from vlforge.config.schema import section_models
 
 BASE = {"data": {"dataset_path": "d.yaml"}, "model": {"load_from_pretrained_path": "m"}}
 

@@ -22,8 +22,8 @@ from trainkit import (
     write_config,
 )
 
+from vlforge.config.schema import TrainConfig
 from vlforge.train.export import export_checkpoint
-from vlforge.train.schema import TrainConfig
 from vlforge.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow

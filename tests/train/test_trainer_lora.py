@@ -9,12 +9,15 @@ import pytest
 import torch
 from trainkit import exported_weights, max_abs_diff, run_training, tiny_config, write_config
 
+from vlforge.config.data import data_config
+from vlforge.config.preflight import check_supported
+from vlforge.config.schema import TrainConfig
+from vlforge.dist import init_distributed
 from vlforge.errors import ConfigError
-from vlforge.train.data_setup import data_config, open_stream
-from vlforge.train.dist import init_distributed
+from vlforge.models.adapters import apply_lora
+from vlforge.train.data_setup import open_stream
 from vlforge.train.loss import model_inputs
-from vlforge.train.model_setup import apply_lora, check_supported, prepare_model
-from vlforge.train.schema import TrainConfig
+from vlforge.train.model_setup import prepare_model
 from vlforge.train.trainer import Trainer
 
 pytest.importorskip("peft")

@@ -6,6 +6,7 @@ import pytest
 import torch
 from trainkit import tiny_config
 
+from vlforge.config.schema import TrainConfig
 from vlforge.train.loss import (
     IGNORE_INDEX,
     label_count,
@@ -14,7 +15,6 @@ from vlforge.train.loss import (
     target_mask,
     token_loss_sum,
 )
-from vlforge.train.schema import TrainConfig
 from vlforge.train.trainer import Trainer
 
 

@@ -12,8 +12,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from trainkit import REPO, tiny_config, train_command, train_env, write_config
 
-from vlforge.train.data_setup import data_config, open_stream
-from vlforge.train.schema import TrainConfig
+from vlforge.config.data import data_config
+from vlforge.config.schema import TrainConfig
+from vlforge.train.data_setup import open_stream
 from vlforge.train.trainer import Trainer, count_steps, micro_batches
 
 
@@ -89,7 +90,7 @@ def test_schedule_of_a_large_dataset_is_estimated_without_a_pass(trainer, checkp
 def _stop_worker(rank: int, port: int, results) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    from vlforge.train.dist import DistContext
+    from vlforge.dist import DistContext
     from vlforge.train.trainer import global_label_count
 
     ctx = DistContext(rank, 2, 0, torch.device("cpu"), True)
@@ -141,7 +142,7 @@ def _minimal(**sections) -> TrainConfig:
 def test_group_by_length_is_honoured_without_packing_and_warned_with_it():
     padded = _minimal(packing={"group_by_length": True})
     assert not [w for w in padded.inert_warnings() if "group_by_length" in w]
-    from vlforge.train.data_setup import data_config
+    from vlforge.config.data import data_config
 
     assert data_config(padded).group_by_length is True
     packed = _minimal(packing={"group_by_length": True, "packing": True, "packing_length": 512})
@@ -153,7 +154,7 @@ def test_shuffle_is_off_by_default_and_its_sizes_warn_only_without_it():
     assert not [w for w in _minimal(data={"shuffle": True}).inert_warnings() if "shuffle" in w]
     notes = [w for w in _minimal(data={"shuffle_buffer": 50}).inert_warnings() if w.startswith("data.shuffle")]
     assert notes == ["data.shuffle_buffer has no effect: data.shuffle is false"]
-    from vlforge.train.data_setup import data_config
+    from vlforge.config.data import data_config
 
     cfg = _minimal(data={"shuffle": True, "shuffle_buffer": 50, "shuffle_block": 8})
     piped = data_config(cfg)
@@ -218,7 +219,8 @@ def test_remap_twice_before_the_gap_is_passed_keeps_the_record_set(trainer, chec
 
 # -- 5. metrics.jsonl on resume keeps only the steps up to the resumed checkpoint -------------------------
 def test_resumed_metrics_drop_the_steps_the_killed_run_logged_after_the_checkpoint(tmp_path):
-    from vlforge.train.metrics import METRICS_FILE, MetricsLogger
+    from vlforge.config.preflight import METRICS_FILE
+    from vlforge.train.metrics import MetricsLogger
 
     old = [{"step": s, "loss": 10.0 - s} for s in range(1, 6)] + [{"step": 4, "eval_loss": 1.0}]
     (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in old), encoding="utf-8")
@@ -249,9 +251,9 @@ def _hide_peft(monkeypatch):
 
 
 def test_validate_refuses_lora_without_peft_with_the_error_train_gives(tmp_path, monkeypatch):
+    from vlforge.config.validate import check
     from vlforge.errors import ConfigError
     from vlforge.train.model_setup import PEFT_MISSING, check_supported
-    from vlforge.train.validate import check
 
     path = tmp_path / "lora.yaml"
     path.write_text(LORA_YAML, encoding="utf-8")
@@ -268,7 +270,7 @@ def test_validate_refuses_lora_without_peft_with_the_error_train_gives(tmp_path,
 
 
 def test_validate_refuses_fp16_like_train(tmp_path):
-    from vlforge.train.validate import check
+    from vlforge.config.validate import check
 
     path = tmp_path / "fp16.yaml"
     path.write_text(LORA_YAML.replace("max_steps: 2", "max_steps: 2, fp16: true"), encoding="utf-8")

@@ -11,8 +11,8 @@ from trainkit import DATASET, exported_weights, tiny_config, write_config
 from typer.testing import CliRunner
 
 from vlforge.cli import app
+from vlforge.config.schema import TrainConfig
 from vlforge.train.loss import model_inputs
-from vlforge.train.schema import TrainConfig
 from vlforge.train.trainer import Trainer, run
 
 runner = CliRunner()

@@ -19,10 +19,10 @@ import torch.multiprocessing as mp
 from trainkit import free_port, tiny_config, write_config
 
 from badrows import BAD_LINES, vlforge_cli, write_bad_dataset
+from vlforge.config.load import load_config
 from vlforge.data.errors import MIN_SEEN, SkipLimitError, over_limit
 from vlforge.errors import ConfigError
 from vlforge.outputs import owned
-from vlforge.train.config import load_config
 from vlforge.train.trainer import run
 
 MODEL = "tiny:qwen2_5_vl"

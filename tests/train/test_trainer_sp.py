@@ -21,9 +21,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trainkit import REPO, free_port, tiny_config, train_env
 
+from vlforge.config.parallel import check_sequence_parallel
+from vlforge.config.schema import TrainConfig
 from vlforge.errors import ConfigError
-from vlforge.train.schema import TrainConfig
-from vlforge.train.sp import block_causal_mask, check_model, check_world, segment_ids, shard_bounds
+from vlforge.train.sp import block_causal_mask, segment_ids, shard_bounds, text_model
 from vlforge.train.trainer import Trainer
 
 CASES = {
@@ -231,11 +232,11 @@ def test_block_causal_mask_never_crosses_samples_or_pads():
 
 
 def test_degree_must_divide_the_processes():
-    check_world(2, 4)
+    check_sequence_parallel(2, family="qwen3_vl", heads=4, world=4)
     with pytest.raises(ConfigError, match=r"sp_ulysses_degree: 2 does not divide the 3 process\(es\)"):
-        check_world(2, 3)
+        check_sequence_parallel(2, family="qwen3_vl", heads=4, world=3)
     with pytest.raises(ConfigError, match=r"does not divide the 1 process\(es\)"):
-        check_world(2, 1)
+        check_sequence_parallel(2, family="qwen3_vl", heads=4, world=1)
 
 
 def test_unsupported_family_and_heads_are_refused():
@@ -246,12 +247,14 @@ def test_unsupported_family_and_heads_are_refused():
     vision = {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 1, "out_hidden_size": 48,
               "deepstack_visual_indexes": [0]}
     model = Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision))
+    heads = model.config.get_text_config().num_attention_heads
     with pytest.raises(ConfigError, match=r"does not divide the 3 attention heads of the text model"):
-        check_model(model, "qwen3_vl", 2)
-    assert check_model(model, "qwen3_vl", 3) is model.model.language_model
-    with pytest.raises(ConfigError, match=r"not supported for model family 'llava' \(supported: qwen3_vl, qwen2_5_vl, "
-                                          r"qwen2_vl, glm4v\); set sp_ulysses_degree: 1"):
-        check_model(model, "llava", 2)
+        check_sequence_parallel(2, family="qwen3_vl", heads=heads, world=2)
+    check_sequence_parallel(3, family="qwen3_vl", heads=heads, world=3)
+    assert text_model(model) is model.model.language_model
+    with pytest.raises(ConfigError, match=r"not supported for model family 'llava' \(supported: qwen2_vl, qwen2_5_vl, "
+                                          r"qwen3_vl, glm4v\); set sp_ulysses_degree: 1"):
+        check_sequence_parallel(2, family="llava", heads=heads, world=2)
 
 
 def test_one_process_with_sp2_fails_before_loading(tmp_path, model_path):

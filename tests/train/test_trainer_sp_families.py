@@ -17,8 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_trainer_sp import check_training_matches, one_process, result_file, run_sp
 from trainkit import tiny_config
 
-from vlforge.train.schema import TrainConfig
-from vlforge.train.sp import check_model
+from vlforge.config.parallel import check_sequence_parallel
+from vlforge.config.schema import TrainConfig
+from vlforge.train.sp import text_model
 from vlforge.train.trainer import Trainer
 
 #: (family, case) pairs of the shared launch: images, a video (Qwen2.5-VL: second_per_grid_ts in the
@@ -87,7 +88,8 @@ def test_families_are_accepted_and_heads_checked(models, family):
     from vlforge.models import load
 
     model = load(str(models[family]), processor=False).model
-    text = check_model(model, family, 2)
+    text = text_model(model)
+    check_sequence_parallel(2, family=family, heads=text.config.num_attention_heads, world=2)
     assert text.config.num_attention_heads == 4 and type(text).__name__.endswith("TextModel")
     with pytest.raises(ConfigError, match=r"sp_ulysses_degree: 3 does not divide the 4 attention heads"):
-        check_model(model, family, 3)
+        check_sequence_parallel(3, family=family, heads=text.config.num_attention_heads, world=3)

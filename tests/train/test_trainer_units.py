@@ -9,9 +9,10 @@ import pytest
 import torch
 from trainkit import DATASET
 
+from vlforge.config.data import data_config
+from vlforge.config.schema import TrainConfig, TrainingConfig
 from vlforge.errors import ConfigError
 from vlforge.train import checkpoint as ckpt
-from vlforge.train.data_setup import data_config
 from vlforge.train.model_setup import (
     _in_vision_tower,
     check_supported,
@@ -20,7 +21,6 @@ from vlforge.train.model_setup import (
     layer_classes,
 )
 from vlforge.train.optim import build_optimizer, build_scheduler, lr_multiplier, warmup_steps
-from vlforge.train.schema import TrainConfig, TrainingConfig
 
 BASE = {"data": {"dataset_path": str(DATASET)}, "model": {"load_from_pretrained_path": "tiny:qwen3_vl"}}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vlforge.train.validate import check
+from vlforge.config.validate import check
 
 REPO = Path(__file__).resolve().parents[2]
 

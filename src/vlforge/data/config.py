@@ -1,4 +1,11 @@
-"""Typed data configuration (LMMS Engine key names) and the dataset YAML.
+"""The data pipeline's config: each field declared once, in the group the training config embeds it from.
+
+The field groups are the training config's sections (:mod:`vlforge.config.schema` subclasses them):
+:class:`SourceFields` (``data:``), :class:`PixelFields` (``processor:``), :class:`VideoFields` (``video:``) and
+:class:`PackingFields` (``packing:``). :class:`DataConfig`, the flat config of the pipeline itself, is those
+groups together plus what a run decides (the dataset list, epochs, the batch size) and the pipeline's own
+knobs. Defaults are the training config's (LMMS Engine's where LMMS Engine has the key): a data config YAML
+(:func:`load_config`) and ``vlforge train`` read the same data the same way.
 
 A dataset YAML is a list of entries ``{path, data_folder, data_type}`` (or a mapping with a
 ``datasets:`` list) plus optional ``weight`` (sampling ratio in the mixture) and ``max_samples``.
@@ -7,88 +14,202 @@ means the dataset file's own directory.
 
 Example:
     >>> cfg = DataConfig(datasets=[{"path": "train.jsonl", "weight": 2}], packing=True, packing_length=4096)
-    >>> cfg.datasets[0].weight, cfg.packing_strategy
-    (2.0, 'first_fit')
+    >>> cfg.datasets[0].weight, cfg.packing_strategy, cfg.fps
+    (2.0, 'first_fit', 1.0)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 
-from vlforge.data.sources import DATA_TYPES, infer_data_type
-from vlforge.errors import ConfigError
-from vlforge.strict import StrictModel
+from vlforge.errors import ConfigError, DataError
+from vlforge.strict import StrictModel, error_line
 
-VIDEO_KEYS = ("video_sampling_strategy", "fps", "frame_num", "video_min_frames", "video_max_frames",
-              "video_min_pixels", "video_max_pixels", "video_total_pixels", "min_pixels", "max_pixels")
-
-LMMS_FAMILIES = ("qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
-"""Families whose LMMS Engine processor ``label_mode: lmms`` reproduces."""
-
-
-class DatasetEntry(BaseModel):
-    """One dataset file of the mixture (unknown keys keep their exact location in the error)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(description="dataset file (json, jsonl, parquet, arrow)")
-    data_folder: str = Field("", description="root for relative media paths ('' = the file's directory)")
-    data_type: Literal["json", "jsonl", "parquet", "arrow"] | None = Field(None, description="default: by extension")
-    weight: float = Field(1.0, gt=0, description="relative sampling ratio in the mixture")
-    max_samples: int | None = Field(None, gt=0, description="read at most this many records per epoch")
+DATA_TYPES = ("json", "jsonl", "parquet", "arrow")
+DATA_SUFFIXES = {".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
+"""File suffixes a data file may have, and the ``data_type`` each one means."""
+DATASET_LIST_SUFFIXES = (".yaml", ".yml")
 
 
-class DataConfig(StrictModel):
-    """Everything the data pipeline needs besides the tokenizer and model family."""
+def field_error(field: str, message: str) -> PydanticCustomError:
+    """An error about ``field`` (dotted, relative to the model raising it) with a one-line message; the
+    training config's loader points at that exact key."""
+    return PydanticCustomError("vlforge_field", message, {"field": field})
 
-    datasets: list[DatasetEntry] | str = Field(description="entries, or the path of a dataset YAML")
-    on_error: Literal["raise", "skip"] = Field("raise", description="bad samples: stop, or skip and count")
-    error_report: str | None = Field(None, description="write skipped counts per reason (JSON) here at the end")
-    allow_path_escape: bool = Field(False, description="allow relative media paths that leave data_folder")
-    seed: int = Field(0, description="mixture sampling seed")
-    epochs: int | None = Field(1, gt=0, description="passes over the data; null = repeat forever")
-    shuffle: bool = Field(False, description="read each file in per-epoch permuted blocks through a shuffle buffer")
-    shuffle_buffer: int = Field(1000, gt=0, description="records held by the shuffle buffer")
-    shuffle_block: int = Field(64, gt=0, description="consecutive lines/rows read together when shuffling")
-    label_mode: Literal["assistant", "lmms"] = Field(
-        "assistant", description="labels: assistant replies + <|im_end|>, or LMMS Engine 0.1.4's masking")
-    # vision (None = the model family's default)
-    video_sampling_strategy: Literal["fps", "frame_num"] | None = None
-    fps: float | None = Field(None, gt=0)
-    frame_num: int | None = Field(None, gt=0)
-    video_min_frames: int | None = Field(None, gt=0)
-    video_max_frames: int | None = Field(None, gt=0)
-    video_min_pixels: int | None = Field(None, gt=0)
-    video_max_pixels: int | None = Field(None, gt=0)
-    video_total_pixels: int | None = Field(None, gt=0)
-    min_pixels: int | None = Field(None, gt=0)
-    max_pixels: int | None = Field(None, gt=0)
-    # batching
-    packing: bool = Field(False, description="pack samples into rows of packing_length")
-    packing_length: int = Field(16384, gt=0, description="token budget of one packed row")
+
+def infer_data_type(path: str | Path) -> str:
+    """``data_type`` from the file extension, or a :class:`DataError` naming the file."""
+    kind = DATA_SUFFIXES.get(PurePath(path).suffix.lower())
+    if kind is None:
+        raise DataError(f"{path}: cannot infer data_type from extension; set data_type to one of {DATA_TYPES}")
+    return kind
+
+
+class DatasetEntry(StrictModel):
+    """One data file of the mixture."""
+
+    path: str = Field(min_length=1)
+    """Data file in the chat ``messages`` format: ``.json``, ``.jsonl``, ``.parquet`` or ``.arrow``."""
+    data_folder: str = ""
+    """Directory that relative image/video paths inside the samples resolve against ("" = the file's own)."""
+    data_type: Literal["json", "jsonl", "parquet", "arrow"] | None = None
+    """Format of ``path``; null means "from the file suffix"."""
+    weight: float = Field(default=1.0, gt=0)
+    """Sampling weight of this file in the mixture (relative to the other entries)."""
+    max_samples: int | None = Field(default=None, ge=1)
+    """Use at most this many samples of the file per epoch; null uses all."""
+
+    @model_validator(mode="after")
+    def _known_type(self) -> DatasetEntry:
+        if self.data_type is None and PurePath(self.path).suffix.lower() not in DATA_SUFFIXES:
+            raise field_error(
+                "data_type",
+                f"cannot tell the format of {self.path!r} from its suffix; set data_type to one of "
+                "json, jsonl, parquet, arrow",
+            )
+        return self
+
+
+class SourceFields(StrictModel):
+    """How records are read: order, bad samples, media paths, labels (the training config's ``data:``)."""
+
+    shuffle: bool = False
+    """Shuffle the records: each file is read in blocks of ``shuffle_block`` lines/rows in an order permuted
+    anew every epoch, through a buffer of ``shuffle_buffer`` records, seeded by ``data.seed``; the order is
+    part of the resumable state (LMMS Engine's ``shuffle``, which permutes the whole dataset in memory)."""
+    shuffle_buffer: int = Field(default=1000, ge=1)
+    """Records held by the shuffle buffer (``shuffle: true``); each sample is drawn at random from them."""
+    shuffle_block: int = Field(default=64, ge=1)
+    """Consecutive lines/rows read together when shuffling (smaller: better mixed, more seeks)."""
+    on_error: Literal["raise", "skip"] = "raise"
+    """A sample that cannot be used stops training (``raise``) or is skipped, counted and reported (``skip``)."""
+    allow_path_escape: bool = False
+    """Allow relative media paths that leave their ``data_folder`` (rejected by default)."""
+    seed: int | None = Field(default=None, ge=0)
+    """Seed of the data order (the draws between mixture entries); null uses ``training.seed`` (0 outside a
+    training run). LMMS Engine's ``data_seed``."""
+    label_mode: Literal["assistant", "lmms"] = "assistant"
+    """Which tokens are trained on: ``assistant`` replies and their ``<|im_end|>``, or ``lmms``: LMMS Engine
+    0.1.4's template and masking (also its template's special tokens and newlines; Qwen2.5-VL, Qwen3-VL)."""
+
+
+class PixelFields(StrictModel):
+    """Image pixel limits (the training config's ``processor:``)."""
+
+    min_pixels: int | None = Field(default=None, ge=1)
+    """Smallest image area in pixels after resizing; null keeps the processor's own value."""
+    max_pixels: int | None = Field(default=None, ge=1)
+    """Largest image area in pixels after resizing; null keeps the processor's own value."""
+
+    @model_validator(mode="after")
+    def _pixel_range(self) -> PixelFields:
+        if self.min_pixels is not None and self.max_pixels is not None and self.min_pixels > self.max_pixels:
+            raise field_error("min_pixels", f"min_pixels ({self.min_pixels}) is above max_pixels ({self.max_pixels})")
+        return self
+
+
+class VideoFields(StrictModel):
+    """How video frames are sampled and resized (the training config's ``video:``)."""
+
+    video_sampling_strategy: Literal["fps", "frame_num"] = "fps"
+    """Sample frames at ``fps`` frames per second, or a fixed ``frame_num`` frames per video."""
+    video_max_pixels: int | None = Field(default=None, ge=1)
+    """Largest frame area in pixels after resizing; null keeps the processor's own value."""
+    video_min_pixels: int | None = Field(default=None, ge=1)
+    """Smallest frame area in pixels after resizing; null keeps the processor's own value."""
+    video_min_frames: int | None = Field(default=None, ge=1)
+    """Fewest frames taken from one video; null keeps the processor's own value."""
+    video_max_frames: int | None = Field(default=None, ge=1)
+    """Most frames taken from one video; null keeps the processor's own value."""
+    fps: float = Field(default=1.0, gt=0)
+    """Frames per second sampled when ``video_sampling_strategy`` is ``fps``."""
+    frame_num: int = Field(default=64, ge=1)
+    """Frames per video when ``video_sampling_strategy`` is ``frame_num``."""
+
+    @model_validator(mode="after")
+    def _ranges(self) -> VideoFields:
+        for low, high in (("video_min_pixels", "video_max_pixels"), ("video_min_frames", "video_max_frames")):
+            low_value, high_value = getattr(self, low), getattr(self, high)
+            if low_value is not None and high_value is not None and low_value > high_value:
+                raise field_error(low, f"{low} ({low_value}) is above {high} ({high_value})")
+        return self
+
+
+class PackingFields(StrictModel):
+    """Packing several samples into one row of ``packing_length`` tokens, and length filtering."""
+
+    packing: bool = False
+    """Pack samples into rows (attention never crosses sample boundaries)."""
+    packing_length: int | None = Field(default=None, ge=1)
+    """Tokens per packed row; also the ``filter_overlong`` limit unless ``max_length`` is set."""
+    max_length: int | None = Field(default=None, ge=1)
+    """Longest sample in tokens for ``filter_overlong`` (default: ``packing_length``)."""
     packing_strategy: Literal["first_fit", "best_fit"] = "first_fit"
-    packing_open_bins: int = Field(16, gt=0, description="bins kept open while packing (the packer buffer)")
-    pad_to_packing_length: bool = Field(False, description="pad packed rows to packing_length (static shapes)")
-    packed_collate: bool = Field(True, description="packed bins as one row (else a padded batch per bin)")
-    filter_overlong: bool = Field(True, description="drop and count samples over the limit (else raise)")
-    max_length: int | None = Field(None, gt=0, description="sample limit without packing (default: none)")
-    batch_size: int = Field(1, gt=0, description="samples per padded batch when not packing")
-    group_by_length: bool = Field(False, description="batch samples of similar length together")
-    group_window: int = Field(64, gt=0, description="samples sorted together by group_by_length")
+    """How samples are assigned to rows."""
+    filter_overlong: bool = False
+    """Drop (and count) samples over the length limit instead of failing on them (never truncated)."""
+    group_by_length: bool = False
+    """Padded batches of similar length: windows of 64 samples (shuffled ones with ``data.shuffle``) sorted by
+    length, then cut into batches. No effect with ``packing`` (a warning says so)."""
 
+    @model_validator(mode="after")
+    def _length_needed(self) -> PackingFields:
+        if self.packing and self.packing_length is None:
+            raise field_error("packing_length", "packing: true needs packing_length (tokens per packed row)")
+        if self.filter_overlong and self.packing_length is None and self.max_length is None:
+            raise field_error("max_length", "filter_overlong: true needs max_length or packing_length (the limit)")
+        limits = (self.max_length, self.packing_length)
+        if self.packing and None not in limits and limits[0] > limits[1]:
+            raise field_error("max_length", f"max_length ({limits[0]}) exceeds packing_length ({limits[1]})")
+        return self
+
+
+FIELD_GROUPS: tuple[type[StrictModel], ...] = (SourceFields, PixelFields, VideoFields, PackingFields)
+"""The groups :class:`DataConfig` is made of, each a section of the training config."""
+
+
+class DataConfig(SourceFields, PixelFields, VideoFields, PackingFields):
+    """Everything the data pipeline needs besides the tokenizer and model family (the groups' fields, flat)."""
+
+    datasets: list[DatasetEntry] | str
+    """Entries, or the path of a dataset YAML."""
+    epochs: int | None = Field(default=1, gt=0)
+    """Passes over the data; null repeats forever."""
+    batch_size: int = Field(default=1, gt=0)
+    """Samples per padded batch when not packing."""
+    error_report: str | None = None
+    """Write the skipped counts per reason (JSON) here at the end."""
+    video_total_pixels: int | None = Field(default=None, gt=0)
+    """A pixel budget over all frames of one video (qwen-vl-utils' rule)."""
+    packing_open_bins: int = Field(default=16, gt=0)
+    """Bins kept open while packing (the packer's buffer)."""
+    pad_to_packing_length: bool = False
+    """Pad packed rows to ``packing_length`` (static shapes)."""
+    packed_collate: bool = True
+    """Packed bins as one row (else a padded batch per bin)."""
+    group_window: int = Field(default=64, gt=0)
+    """Samples sorted together by ``group_by_length``."""
 
     @property
     def length_limit(self) -> int | None:
         """Longest sample accepted: packing_length when packing, else max_length."""
         return self.packing_length if self.packing else self.max_length
 
+    @property
+    def data_seed(self) -> int:
+        """The seed of the data order (``seed``; 0 when unset)."""
+        return 0 if self.seed is None else self.seed
+
     def vision_overrides(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in VIDEO_KEYS if getattr(self, k) is not None}
+        """The vision settings this config sets (pixel and frame limits, sampling), for the family's defaults."""
+        keys = (*PixelFields.model_fields, *VideoFields.model_fields, "video_total_pixels")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
 
 @dataclass(frozen=True)
@@ -109,9 +230,7 @@ def load_config(data: dict[str, Any] | str | Path) -> DataConfig:
     try:
         return DataConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise ConfigError(f"{where}: {loc}: {first['msg']}") from None
+        raise ConfigError(f"{where}: {error_line(exc, DataConfig)}") from None
 
 
 def _read_yaml(path: Path) -> Any:
@@ -136,9 +255,7 @@ def read_dataset_yaml(path: str | Path) -> list[DatasetEntry]:
         try:
             entries.append(DatasetEntry.model_validate(raw))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(f"{path}: datasets[{i}].{loc}: {first['msg']}") from None
+            raise ConfigError(f"{path}: datasets[{i}].{error_line(exc, DatasetEntry)}") from None
     return entries
 
 
@@ -156,7 +273,5 @@ def resolve_entries(config: DataConfig, base_dir: str | Path = ".") -> list[Reso
         path = (base / e.path).resolve()
         folder = (base / e.data_folder).resolve() if e.data_folder else path.parent
         kind = e.data_type or infer_data_type(path)
-        if kind not in DATA_TYPES:  # pragma: no cover - guarded by the Literal
-            raise ConfigError(f"{path}: unknown data_type {kind!r}")
         out.append(ResolvedEntry(path, folder, kind, e.weight, e.max_samples))
     return out

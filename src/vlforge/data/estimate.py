@@ -105,7 +105,7 @@ def cache_dir() -> Path:
 def _sidecar_key(config: DataConfig, processor: Any, entries: list[ResolvedEntry], sample: int) -> str:
     tok = processor.tokenizer
     parts = {
-        "version": SIDECAR_VERSION, "sample": sample, "seed": config.seed, "limit": config.length_limit,
+        "version": SIDECAR_VERSION, "sample": sample, "seed": config.data_seed, "limit": config.length_limit,
         "family": processor.family, "label_mode": processor.label_mode, "system": processor.default_system,
         "settings": repr(processor.settings), "tokenizer": [getattr(tok, "name_or_path", ""), len(tok)],
         "entries": [[fingerprint(e.path), str(e.data_folder), e.data_type, e.max_samples] for e in entries],
@@ -143,7 +143,7 @@ def length_profile(config: DataConfig, processor: Any, entries: list[ResolvedEnt
     """Process a seeded sample of records as the stream would and keep their token lengths."""
     lengths, skipped, seen = [], {}, 0
     by_entry: dict[int, list[int]] = {}
-    for entry, k in _sample_positions(record_counts(entries, positions=True), sample, config.seed):
+    for entry, k in _sample_positions(record_counts(entries, positions=True), sample, config.data_seed):
         by_entry.setdefault(entry, []).append(k)
     for i, ks in by_entry.items():
         entry = entries[i]
@@ -230,7 +230,7 @@ def estimate_batches(config: DataConfig, processor: Any, *, base_dir: str | Path
         drawn = shard_draws(records * config.epochs, shard, num_shards)
         admitted = round(drawn * profile.admitted_fraction)
         if config.packing:  # one packed row (bin) per batch
-            batches.append(simulate_rows(profile.lengths, admitted, config, config.seed + shard))
+            batches.append(simulate_rows(profile.lengths, admitted, config, config.data_seed + shard))
         else:
             batches.append(padded_batches(admitted, config))
     return BatchEstimate(batches, records, profile.sampled, profile.admitted_fraction, cached, sidecar,

@@ -23,15 +23,16 @@ from typing import Any
 import torch
 from pydantic import ValidationError
 
-from vlforge.data.config import LMMS_FAMILIES
 from vlforge.data.errors import SampleError
 from vlforge.data.lmms_labels import VideoLayout, encode_lmms
 from vlforge.data.media import load_image, resolve_media
 from vlforge.data.rope import mrope_position_ids
 from vlforge.data.schema import Conversation, TextPart
 from vlforge.data.video import decode_video, frame_timestamps
-from vlforge.data.vision import FAMILIES, VisionSettings, process_images, process_video_frames
+from vlforge.data.vision import VisionSettings, process_images, process_video_frames
 from vlforge.errors import ConfigError
+from vlforge.models.families import family as family_record
+from vlforge.models.families import names
 
 IGNORE_INDEX = -100
 DEFAULT_SYSTEM = "You are a helpful assistant."
@@ -76,36 +77,28 @@ class QwenVLProcessor:
     def __init__(self, tokenizer: Any, settings: VisionSettings, family: str, *,
                  default_system: str | bool = "auto", allow_path_escape: bool = False,
                  label_mode: str = "assistant") -> None:
-        if family not in FAMILIES:
-            raise ConfigError(f"data processing supports families {FAMILIES}, got {family!r}")
+        record = family_record(family)
         if label_mode not in LABEL_MODES:
             raise ConfigError(f"label_mode must be one of {LABEL_MODES}, got {label_mode!r}")
-        if label_mode == "lmms" and family not in LMMS_FAMILIES:
-            raise ConfigError(f"label_mode 'lmms' reproduces LMMS Engine's processors of {LMMS_FAMILIES}, "
+        if label_mode == "lmms" and not record.lmms_labels:
+            raise ConfigError(f"label_mode 'lmms' reproduces LMMS Engine's processors of {names(lmms_labels=True)}, "
                               f"not {family!r}; use label_mode 'assistant'")
         self.label_mode = label_mode
         self.tokenizer, self.settings, self.family = tokenizer, settings, family
         self.allow_path_escape = allow_path_escape
         if default_system == "auto":
-            default_system = family in ("qwen2_vl", "qwen2_5_vl")
+            default_system = record.default_system_prompt
         self.default_system = DEFAULT_SYSTEM if default_system is True else (default_system or None)
-        self.glm = family == "glm4v"
-        self.timestamps = family.startswith("qwen3_vl")
-        if self.glm:
-            self.image_token, self.video_token = "<|image|>", "<|image|>"
-            needed = ("[gMASK]", "<sop>", "<|user|>", "<|assistant|>", "<|system|>", "<|begin_of_image|>",
-                      "<|end_of_image|>", "<|begin_of_video|>", "<|end_of_video|>", "<|image|>", "<|endoftext|>")
-        else:
-            self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
-            needed = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
-                      "<|video_pad|>")
-        ids = {t: tokenizer.convert_tokens_to_ids(t) for t in needed}
+        self.glm = record.media.style == "glm"
+        self.timestamps = record.video_timestamps
+        self.image_token, self.video_token = record.media.image, record.media.video
+        ids = {t: tokenizer.convert_tokens_to_ids(t) for t in record.media.required}
         missing = [t for t, i in ids.items() if i is None or i == tokenizer.unk_token_id]
         if missing:
             raise ConfigError(f"tokenizer lacks the {family} special tokens {missing}")
         self.image_token_id, self.video_token_id = ids[self.image_token], ids[self.video_token]
         if self.glm:
-            self.video_start_id, self.video_end_id = ids["<|begin_of_video|>"], ids["<|end_of_video|>"]
+            self.video_start_id, self.video_end_id = ids[record.media.video_start], ids[record.media.video_end]
 
     @classmethod
     def from_hf_processor(cls, processor: Any, family: str, **settings_overrides: Any) -> QwenVLProcessor:

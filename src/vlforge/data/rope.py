@@ -17,28 +17,19 @@ Example:
 from __future__ import annotations
 
 import functools
+import importlib
 from types import SimpleNamespace
 
 import torch
 
-from vlforge.errors import ConfigError
+from vlforge.models.families import family, supports
 
 
 @functools.cache
-def _model_class(family: str) -> type:
-    if family == "qwen2_vl":
-        from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel as cls
-    elif family == "qwen2_5_vl":
-        from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel as cls
-    elif family == "qwen3_vl":
-        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel as cls
-    elif family == "qwen3_vl_moe":
-        from transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe import Qwen3VLMoeModel as cls
-    elif family == "glm4v":
-        from transformers.models.glm4v.modeling_glm4v import Glm4vModel as cls
-    else:
-        raise ConfigError(f"no mrope rule for model family {family!r}")
-    return cls
+def _model_class(name: str) -> type:
+    """The family's inner ``*Model`` class (it owns ``get_rope_index``)."""
+    record = family(name)
+    return getattr(importlib.import_module(record.modeling_module), record.inner_model_class)
 
 
 def mrope_position_ids(family: str, input_ids: torch.Tensor, mm_token_type_ids: torch.Tensor, *,
@@ -53,7 +44,7 @@ def mrope_position_ids(family: str, input_ids: torch.Tensor, mm_token_type_ids: 
         get_vision_position_ids=functools.partial(cls.get_vision_position_ids, None),
     )
     kwargs = {}
-    if family == "qwen2_5_vl" and second_per_grid_ts is not None:
+    if supports(family, "rope_uses_seconds_per_grid") and second_per_grid_ts is not None:
         kwargs["second_per_grid_ts"] = second_per_grid_ts
     positions, _ = cls.get_rope_index(
         stand_in, input_ids[None], mm_token_type_ids=mm_token_type_ids[None],

@@ -26,11 +26,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from vlforge.data.config import DATA_TYPES, infer_data_type
 from vlforge.data.errors import SampleError
 from vlforge.errors import DataError
-
-DATA_TYPES = ("json", "jsonl", "parquet", "arrow")
-_EXTENSIONS = {".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
 
 
 @dataclass
@@ -41,14 +39,6 @@ class RawRecord:
     location: str  # "line 12" / "row 5" / "item 3"
     record: dict[str, Any] | None
     error: SampleError | None = None
-
-
-def infer_data_type(path: str | Path) -> str:
-    """``data_type`` from the file extension, or a :class:`DataError` naming the file."""
-    kind = _EXTENSIONS.get(Path(path).suffix.lower())
-    if kind is None:
-        raise DataError(f"{path}: cannot infer data_type from extension; set data_type to one of {DATA_TYPES}")
-    return kind
 
 
 class Source:

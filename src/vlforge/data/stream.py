@@ -79,10 +79,10 @@ class DataStream:
         self.config, self.processor = config, processor
         self.entries = resolve_entries(config, base_dir)
         self.shard_id, self.num_shards = shard_id, num_shards
-        self.mixture: Any = Mixture(self.entries, seed=config.seed, epochs=config.epochs,
+        self.mixture: Any = Mixture(self.entries, seed=config.data_seed, epochs=config.epochs,
                                     shuffle_block=config.shuffle_block if config.shuffle else None)
         if config.shuffle:
-            self.mixture = ShuffleBuffer(self.mixture, size=config.shuffle_buffer, seed=config.seed)
+            self.mixture = ShuffleBuffer(self.mixture, size=config.shuffle_buffer, seed=config.data_seed)
         self.ledger = SkipLedger()
         self.stats = PackingStats()
         self.draws = 0

@@ -17,39 +17,18 @@ from typing import Any, Literal
 import numpy as np
 import torch
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from transformers.image_utils import SizeDict
-from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-from vlforge.errors import ConfigError
 from vlforge.media.resize import frame_max_pixels, smart_resize
-
-CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-HALF = (0.5, 0.5, 0.5)
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v")
-
-_PRESETS: dict[str, dict[str, Any]] = {
-    # Values from the released preprocessor configs (Qwen2-VL / Qwen2.5-VL: 14px patches, CLIP stats).
-    "qwen2_vl": dict(patch_size=14, min_pixels=56 * 56, max_pixels=28 * 28 * 1280, image_mean=CLIP_MEAN,
-                     image_std=CLIP_STD, video_min_pixels=128 * 28 * 28, video_max_pixels=768 * 28 * 28),
-    "qwen2_5_vl": dict(patch_size=14, min_pixels=56 * 56, max_pixels=28 * 28 * 1280, image_mean=CLIP_MEAN,
-                       image_std=CLIP_STD, video_min_pixels=128 * 28 * 28, video_max_pixels=768 * 28 * 28),
-    # Qwen3-VL: 16px patches, mean/std 0.5.
-    "qwen3_vl": dict(patch_size=16, min_pixels=64 * 64 * 16, max_pixels=16 * 1024 * 1024, image_mean=HALF,
-                     image_std=HALF, video_min_pixels=128 * 32 * 32, video_max_pixels=768 * 32 * 32),
-}
-_PRESETS["qwen3_vl_moe"] = _PRESETS["qwen3_vl"]
-# GLM-4.1V: 14px patches, CLIP stats, its own image processor (3-D smart-resize over a 2-frame patch).
-_PRESETS["glm4v"] = dict(patch_size=14, min_pixels=112 * 112, max_pixels=28 * 28 * 15000, image_mean=CLIP_MEAN,
-                         image_std=CLIP_STD, video_min_pixels=128 * 28 * 28, video_max_pixels=768 * 28 * 28,
-                         image_processor="glm4v")
+from vlforge.models.families import CLIP_MEAN, CLIP_STD, family, uses_image_processor
+from vlforge.strict import StrictModel
 
 
-class VisionSettings(BaseModel):
+class VisionSettings(StrictModel):
     """Image and video preprocessing knobs (LMMS Engine key names for the video ones)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
     patch_size: int = Field(14, gt=0, description="ViT patch side in pixels")
     temporal_patch_size: int = Field(2, gt=0, description="frames per temporal patch")
@@ -67,8 +46,8 @@ class VisionSettings(BaseModel):
     video_min_frames: int = Field(4, gt=0)
     video_max_frames: int = Field(768, gt=0)
     tokens_per_second: float = Field(2.0, gt=0, description="Qwen2.5-VL temporal rope scale")
-    image_processor: Literal["qwen2_vl", "glm4v"] = Field(
-        "qwen2_vl", description="transformers PIL image processor: Qwen2VLImageProcessorPil or Glm4vImageProcessorPil")
+    image_processor: Literal["Qwen2VLImageProcessorPil", "Glm4vImageProcessorPil"] = Field(
+        "Qwen2VLImageProcessorPil", description="transformers' PIL image processor class (the family's)")
 
     @model_validator(mode="after")
     def _check(self) -> VisionSettings:
@@ -90,9 +69,7 @@ class VisionSettings(BaseModel):
     @classmethod
     def for_family(cls, family: str, **overrides: Any) -> VisionSettings:
         """Defaults of a model family (``config.model_type``) with overrides."""
-        if family not in _PRESETS:
-            raise ConfigError(f"no vision preset for model family {family!r}; known: {sorted(_PRESETS)}")
-        return cls.with_overrides(_PRESETS[family], overrides)
+        return cls.with_overrides(_defaults(family), overrides)
 
     @classmethod
     def with_overrides(cls, base: dict[str, Any], overrides: dict[str, Any]) -> VisionSettings:
@@ -120,11 +97,19 @@ class VisionSettings(BaseModel):
             "max_pixels": size.get("longest_edge", getattr(image_processor, "max_pixels", None)),
             "image_mean": tuple(image_processor.image_mean),
             "image_std": tuple(image_processor.image_std),
-            "image_processor": "glm4v" if type(image_processor).__name__.startswith("Glm4v") else "qwen2_vl",
         }
-        base = dict(_PRESETS[family]) if family in _PRESETS else {}
+        owner = uses_image_processor(type(image_processor).__name__)
+        if owner is not None:
+            read["image_processor"] = owner.image_processor_class
+        base = _defaults(family) if family is not None else {}
         base.update({k: v for k, v in read.items() if v is not None})
         return cls.with_overrides(base, overrides)
+
+
+def _defaults(name: str) -> dict[str, Any]:
+    """The family's data-pipeline defaults (its record's ``vision_defaults`` and PIL image processor)."""
+    record = family(name)
+    return {**record.vision_defaults, "image_processor": record.image_processor_class}
 
 
 @functools.lru_cache(maxsize=16)
@@ -134,11 +119,9 @@ def image_processor_for(settings: VisionSettings) -> Any:
                   merge_size=settings.merge_size, image_mean=list(settings.image_mean),
                   image_std=list(settings.image_std),
                   size={"shortest_edge": settings.min_pixels, "longest_edge": settings.max_pixels})
-    if settings.image_processor == "glm4v":
-        from transformers.models.glm4v.image_processing_pil_glm4v import Glm4vImageProcessorPil
+    import transformers
 
-        return Glm4vImageProcessorPil(**common)
-    return Qwen2VLImageProcessorPil(**common)
+    return getattr(transformers, settings.image_processor)(**common)
 
 
 def process_images(images: list[Image.Image], settings: VisionSettings) -> dict[str, torch.Tensor]:

@@ -1,4 +1,5 @@
-"""The job behind ``vlforge doctor``: build the report, print it (rich or JSON), return the exit code.
+"""``vlforge doctor`` as a :class:`~vlforge.command.Job`: flags checked before work, the diagnosis, the tables or
+JSON, exit 0 (nothing above info), 1 (warnings) or 3 (errors).
 
 Example (CPU, environment only, what-if):
     vlforge doctor --assume torch=2.9.1,cudnn=91002,device=cuda,capability=12.0,dtype=bfloat16
@@ -8,14 +9,17 @@ Example (CPU, environment only, what-if):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from vlforge.doctor.facts import DoctorError, parse_assume
+from pydantic import Field
+
+from vlforge.command import Job
+from vlforge.diagnosis.facts import DoctorError, parse_assume
+from vlforge.strict import StrictModel
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
-    from vlforge.doctor.tokens import TokenOptions
+    from vlforge.diagnosis.report import DoctorReport
+    from vlforge.diagnosis.tokens import TokenOptions
 
 def check_options(
     model: str | None, *, assume: str | None, bench: bool, windows: int | None, bench_seconds: float | None,
@@ -28,7 +32,7 @@ def check_options(
         ...               fmt="r1", reward_regex=None, tags=None)
         Traceback (most recent call last):
         ...
-        vlforge.doctor.facts.DoctorError: --format is only used with --model (the tags are audited on a model's tokenizer and weights)
+        vlforge.diagnosis.facts.DoctorError: --format is only used with --model (the tags are audited on a model's tokenizer and weights)
     """
     parse_assume(assume)
     token_flags = [flag for flag, value in (("--format", fmt), ("--reward-regex", reward_regex), ("--tags", tags))
@@ -50,37 +54,52 @@ def token_options(
     tokens: bool = True, fmt: str | None = None, reward_regex: str | None = None, tags: list[str] | None = None,
 ) -> bool | TokenOptions:
     """The ``tokens`` argument of :func:`report` from CLI flags (``--tags`` items may be comma-separated)."""
-    from vlforge.doctor.tokens import TokenOptions
+    from vlforge.diagnosis.tokens import TokenOptions
 
     split = tuple(t.strip() for item in tags or [] for t in item.split(","))
     options = TokenOptions(format=fmt, reward_regex=reward_regex, tags=split)
     return options if tokens else False
 
 
-def run(
-    model: str | None = None,
-    *,
-    dtype: str | None = None,
-    assume: str | None = None,
-    bench: bool = True,
-    windows: int | None = None,
-    bench_seconds: float | None = None,
-    json_output: bool = False,
-    console: Console | None = None,
-    tokens: bool | TokenOptions = True,
-) -> int:
-    """Diagnose, print, and return 0 (nothing above info), 1 (warnings) or 3 (errors)."""
-    from vlforge.doctor.render import render
-    from vlforge.doctor.report import DEFAULT_BENCH_SECONDS, report
-    from vlforge.tables import report_console
+class DoctorOptions(StrictModel):
+    """``vlforge doctor``'s flags."""
 
-    bench_seconds = DEFAULT_BENCH_SECONDS if bench_seconds is None else bench_seconds
-    rep = report(model, dtype, assume, bench, windows=windows, bench_seconds=bench_seconds, tokens=tokens)
-    console = console or report_console()
-    if json_output:
-        # Plain write: no rich markup or wrapping may touch the JSON.
-        console.file.write(rep.to_json() + "\n")
-        console.file.flush()
-    else:
-        render(rep, console)
-    return rep.exit_code
+    unknown_label = "option"
+    model: str | None = None
+    dtype: str | None = None
+    assume: str | None = None
+    bench: bool = True
+    windows: int | None = Field(default=None, ge=1)
+    bench_seconds: float | None = Field(default=None, ge=0)
+    tokens: bool = True
+    fmt: str | None = None
+    reward_regex: str | None = None
+    tags: list[str] = Field(default_factory=list)
+
+
+def check(options: DoctorOptions) -> None:
+    check_options(options.model, assume=options.assume, bench=options.bench, windows=options.windows,
+                  bench_seconds=options.bench_seconds, tokens=options.tokens, fmt=options.fmt,
+                  reward_regex=options.reward_regex, tags=options.tags)
+
+
+def run(options: DoctorOptions) -> DoctorReport:
+    """Diagnose (facts, rules, the measurement with a model, the tokens audit)."""
+    from vlforge.diagnosis.report import DEFAULT_BENCH_SECONDS, report
+
+    bench_seconds = DEFAULT_BENCH_SECONDS if options.bench_seconds is None else options.bench_seconds
+    return report(options.model, options.dtype, options.assume, options.bench, windows=options.windows,
+                  bench_seconds=bench_seconds,
+                  tokens=token_options(options.tokens, options.fmt, options.reward_regex, options.tags))
+
+
+def render(options: DoctorOptions, report: DoctorReport, console: Any) -> None:
+    from vlforge.doctor.render import render as tables
+
+    tables(report, console)
+
+
+JOB: Job[DoctorOptions, DoctorReport] = Job(
+    check=check, run=run, render=render, to_json=lambda report: report.to_json(),
+    exit_code=lambda report: report.exit_code,
+)

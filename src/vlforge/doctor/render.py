@@ -1,8 +1,9 @@
-"""Rich rendering of a :class:`~vlforge.doctor.report.DoctorReport` (the CLI's and the demo's view).
+"""Rich rendering of a :class:`~vlforge.diagnosis.report.DoctorReport` (the CLI's and the demo's view).
 
 Example:
     >>> from rich.console import Console
-    >>> from vlforge.doctor import render, report
+    >>> from vlforge.doctor import render
+    >>> from vlforge.diagnosis import report
     >>> render(report(assume="device=cpu,threads=1"), Console(file=None, width=120))  # doctest: +SKIP
 """
 
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from vlforge.doctor.report import DoctorReport
+from vlforge.diagnosis.report import DoctorReport
 from vlforge.tables import print_table
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}

@@ -26,8 +26,9 @@ from typing import Any
 import torch
 
 from vlforge.errors import ConfigError
-from vlforge.extract.options import DEEPSTACK_FAMILIES, RAGGED, VISION_FEATURES, ExtractOptions  # noqa: F401
+from vlforge.extract.options import VISION_FEATURES, ExtractOptions
 from vlforge.extract.preflight import check_layers
+from vlforge.models.families import FAMILIES, names, supports
 
 
 def stored_keys(features: list[str]) -> list[str]:
@@ -46,16 +47,17 @@ class FeatureExtractor:
         if inner is None or not hasattr(inner, "get_image_features"):
             raise ConfigError(f"{type(model).__name__} has no .model.get_image_features; vlforge extract supports "
                               "Qwen2-VL, Qwen2.5-VL, Qwen3-VL(-MoE) and GLM-4V checkpoints")
-        if "deepstack" in options.features and family not in DEEPSTACK_FAMILIES:
+        if "deepstack" in options.features and not supports(family, "deepstack"):
             raise ConfigError(f"--features deepstack: {family} has no deepstack features "
-                              f"(only {', '.join(DEEPSTACK_FAMILIES)})")
+                              f"(only {', '.join(names(deepstack=True))})")
         self.inner, self.options, self.device = inner, options, device
         self.hidden_size = int(model.config.get_text_config().hidden_size)
         self.num_hidden = int(model.config.get_text_config().num_hidden_layers) + 1
         check_layers(options.layers, self.num_hidden)
         self.accepts = set(inspect.signature(inner.forward).parameters)
         self.dtype = next(model.parameters()).dtype
-        self.shared_media_token = family.startswith("glm4v")
+        record = FAMILIES.get(family)
+        self.shared_media_token = record is not None and record.media.image == record.media.video
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, Any], items: list[tuple[int, int]]) -> list[dict[str, torch.Tensor]]:

@@ -23,12 +23,11 @@ from typing import Any
 
 from vlforge.errors import VlforgeError
 from vlforge.extract.shards import (
-    atomic_write,
-    atomic_write_json,
     read_receipt,
     remove_cache_files,
     sha256_file,
 )
+from vlforge.outputs import atomic_write_bytes, atomic_write_json
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +137,7 @@ def finalize(root: Path, header: dict[str, Any], num_shards: int) -> dict[str, A
                                                       "count", "skipped")})
     if missing:
         raise CacheError(f"{root}: shards {missing[:10]} are not finished; run the same command again to complete them")
-    atomic_write(root / ERRORS, "".join(json.dumps(e, sort_keys=True) + "\n" for e in errors).encode())
+    atomic_write_bytes(root / ERRORS, "".join(json.dumps(e, sort_keys=True) + "\n" for e in errors).encode())
     manifest = {**header, "status": "complete", "shards": shards, "num_rows": sum(s["rows"] for s in shards),
                 "num_skipped": len(errors), "skipped": dict(sorted(skipped.items()))}
     atomic_write_json(root / MANIFEST, manifest)

@@ -9,12 +9,12 @@ Example:
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
+from vlforge.errors import did_you_mean
 from vlforge.strict import StrictModel
 
 #: What can be stored, per sample (see docs/extract.md for the shapes).
@@ -27,7 +27,6 @@ FEATURES = {
 }
 VISION_FEATURES = ("vision_tokens", "vision_pooled", "deepstack")
 HIDDEN_FEATURES = ("hidden_mean", "hidden_last")
-DEEPSTACK_FAMILIES = ("qwen3_vl", "qwen3_vl_moe")
 #: Stored keys whose first dimension varies per sample (concatenated in a shard, with offsets).
 RAGGED = ("vision_tokens", "vision_pooled", "deepstack", "vision_items")
 
@@ -67,9 +66,8 @@ class ExtractOptions(StrictModel):
             raise ValueError(f"choose at least one feature of {sorted(FEATURES)}")
         for name in value:
             if name not in FEATURES:
-                hint = difflib.get_close_matches(name, FEATURES, n=1)
-                raise ValueError(f"unknown feature {name!r}" + (f"; did you mean {hint[0]!r}?" if hint else "")
-                                 + f" (choose from {', '.join(FEATURES)})")
+                raise ValueError(f"unknown feature {name!r}{did_you_mean(name, FEATURES)} "
+                                 f"(choose from {', '.join(FEATURES)})")
         return sorted(set(value), key=list(FEATURES).index)
 
     @field_validator("layers")

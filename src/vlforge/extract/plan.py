@@ -86,7 +86,7 @@ class ChunkStream(IterableDataset):
     def __iter__(self) -> Iterator[Chunk]:
         info = get_worker_info()
         workers, me = (1, 0) if info is None else (info.num_workers, info.id)
-        mixture = Mixture(self.entries, seed=self.config.seed, epochs=1)
+        mixture = Mixture(self.entries, seed=self.config.data_seed, epochs=1)
         pending: list[tuple[int, int, Any]] = []
         current, counter = None, 0
         try:

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 import yaml
 
+from vlforge.config.data_check import path_problem
 from vlforge.data.config import DataConfig, ResolvedEntry, load_config, resolve_entries
 from vlforge.errors import ConfigError
-from vlforge.extract.options import DEEPSTACK_FAMILIES
+from vlforge.models.families import names, supports
 from vlforge.outputs import check_output_dir
-from vlforge.train.data_check import path_problem
 
 if TYPE_CHECKING:
     from vlforge.extract.options import ExtractOptions
@@ -37,7 +37,8 @@ _TABLE_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
 def preflight(opts: ExtractOptions) -> tuple[Path, DataConfig, Path, list[ResolvedEntry]]:
     """All checks before work: ``(cache root, data config, its base dir, resolved entries)``, or one-line errors."""
     from vlforge.extract import manifest
-    from vlforge.models.refs import PRESET_PREFIX, REAL_PREFIX, check_model_ref, local_checkpoint
+    from vlforge.models.presets import PRESET_PREFIX, REAL_PREFIX
+    from vlforge.models.refs import check_model_ref, local_checkpoint
 
     root = check_output_dir(opts.out, flag="--out", mode="into")
     manifest.check_target(root)
@@ -76,7 +77,10 @@ def data_config(data: str | Path, *, on_error: str) -> tuple[DataConfig, Path]:
         raise ConfigError(f"--data {path}: expected a .jsonl/.json/.parquet/.arrow dataset or a .yaml config")
     if cfg.epochs is None:
         raise ConfigError(f"{path}: epochs: null (repeat forever) cannot be extracted; use epochs: 1")
-    return cfg.model_copy(update={"on_error": on_error, "epochs": 1, "error_report": None}), base
+    # extract skips what it cannot use (--on-error skip): an over-long sample too, unless the file says otherwise
+    drop_overlong = cfg.filter_overlong or ("filter_overlong" not in cfg.model_fields_set and on_error == "skip")
+    return cfg.model_copy(update={"on_error": on_error, "epochs": 1, "error_report": None,
+                                  "filter_overlong": drop_overlong}), base
 
 
 def check_entries(entries: list[ResolvedEntry]) -> None:
@@ -97,9 +101,9 @@ def check_against_config(config_path: Path, options: ExtractOptions) -> None:
     except (OSError, ValueError) as error:
         raise ConfigError(f"{config_path}: cannot read the model config: {error}") from None
     family = str(config.get("model_type", ""))
-    if "deepstack" in options.features and family and family not in DEEPSTACK_FAMILIES:
+    if "deepstack" in options.features and family and not supports(family, "deepstack"):
         raise ConfigError(f"--features deepstack: {family} has no deepstack features "
-                          f"(only {', '.join(DEEPSTACK_FAMILIES)})")
+                          f"(only {', '.join(names(deepstack=True))})")
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     layers = text.get("num_hidden_layers", config.get("num_hidden_layers"))
     if not isinstance(layers, int):

@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from pydantic import ValidationError
 from torch.utils.data import DataLoader
 
 from vlforge.data.errors import SkipLedger, SkipLimitError, SkipWarnings, limit_error, over_limit
@@ -43,7 +42,6 @@ from vlforge.extract.plan import (
 )
 from vlforge.extract.preflight import check_against_config, preflight
 from vlforge.extract.shards import (
-    atomic_write_json,
     receipt_path,
     remove_stale,
     sha256_file,
@@ -52,6 +50,8 @@ from vlforge.extract.shards import (
     write_shard,
 )
 from vlforge.models.load import resolve_device
+from vlforge.options import build_options
+from vlforge.outputs import atomic_write_json
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def _header(opts: ExtractOptions, loaded: Any, processor: Any, cfg: Any, entries
     model = {"id": loaded.source, "family": loaded.family, **mf.hash_model(Path(loaded.path), opts.weights_hash)}
     data = {"entries": [{"file": e.path.name, "sha256": sha256_file(e.path), "data_type": e.data_type,
                          "weight": e.weight, "max_samples": e.max_samples} for e in entries],
-            "seed": cfg.seed, "num_samples": total, "max_length": cfg.max_length,
+            "seed": cfg.data_seed, "num_samples": total, "max_length": cfg.max_length,
             "allow_path_escape": cfg.allow_path_escape, "vision": processor.settings.model_dump(mode="json")}
     dtype = str(extractor.dtype).removeprefix("torch.")
     d, k, n_layers = extractor.hidden_size, None, len(opts.layers)
@@ -158,12 +158,7 @@ def run_extract(options: ExtractOptions | None = None, *, progress: bool = False
     instead of loading it again; its dtype must be ``options.dtype``.
     """
     if options is None:
-        try:
-            options = ExtractOptions(**kwargs)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(p) for p in first["loc"]) or "(options)"
-            raise ConfigError(f"extract: {loc}: {first['msg'].removeprefix('Value error, ')}") from None
+        options = build_options(ExtractOptions, **kwargs)
     elif kwargs:
         options = options.model_copy(update=kwargs)
     start = time.perf_counter()
@@ -177,7 +172,7 @@ def run_extract(options: ExtractOptions | None = None, *, progress: bool = False
 def _run(opts: ExtractOptions, ctx: DistContext, progress: bool, start: float, loaded: Any) -> ExtractSummary:
     import vlforge
     from vlforge.data import build_processor
-    from vlforge.doctor import guard
+    from vlforge.diagnosis import guard
     from vlforge.models import load, parse_dtype
     from vlforge.models.load import resolve
 

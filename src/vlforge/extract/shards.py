@@ -34,13 +34,6 @@ from vlforge.extract.options import RAGGED
 from vlforge.outputs import atomic_write_bytes
 
 
-def atomic_write_json(path: Path, payload: Any) -> None:
-    atomic_write(path, (json.dumps(payload, indent=1, sort_keys=True) + "\n").encode())
-
-
-atomic_write = atomic_write_bytes
-
-
 def sha256_file(path: Path, block: int = 1 << 22) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -92,7 +85,7 @@ def write_shard(path: Path, rows: list[dict[str, torch.Tensor]], sample_ids: lis
     """Write one shard atomically; return the sha256 of its bytes."""
     data = _safetensors_bytes(rows, sample_ids, indices) if fmt == "safetensors" else _parquet_bytes(
         rows, sample_ids, indices)
-    atomic_write(path, data)
+    atomic_write_bytes(path, data)
     return hashlib.sha256(data).hexdigest()
 
 
@@ -133,7 +126,7 @@ def shard_is_done(root: Path, index: int, fingerprint: str) -> bool:
 
 
 def remove_stale(root: Path) -> int:
-    """Delete temporary files a killed run left (only the names :func:`atomic_write` makes); return how many."""
+    """Delete temporary files a killed run left (only the names :func:`vlforge.outputs.atomic_write_bytes` makes); return how many."""
     shards = root / "shards"
     stale = list(shards.glob(".shard-*.tmp")) if shards.is_dir() else []
     for path in stale:

@@ -35,16 +35,10 @@ import logging
 import sys
 from typing import Any
 
+from vlforge.models.families import FAMILIES
+
 logger = logging.getLogger(__name__)
 
-# config class -> (torchvision-free video processor, the stock torchvision class name it stands in for)
-_VIDEO_PROCESSORS = {
-    "Qwen2VLConfig": ("Qwen2VLFramesVideoProcessor", "Qwen2VLVideoProcessor"),
-    "Qwen2_5_VLConfig": ("Qwen2VLFramesVideoProcessor", "Qwen2VLVideoProcessor"),
-    "Qwen3VLConfig": ("Qwen3VLFramesVideoProcessor", "Qwen3VLVideoProcessor"),
-    "Qwen3VLMoeConfig": ("Qwen3VLFramesVideoProcessor", "Qwen3VLVideoProcessor"),
-    "Glm4vConfig": ("Glm4vFramesVideoProcessor", "Glm4vVideoProcessor"),
-}
 _done = False
 _running = False
 
@@ -84,7 +78,8 @@ def ensure_processor_support() -> bool:
         _running = False
     _done = True
     _remove_hook()
-    logger.debug("torchvision missing: %s use vlforge's frame video processors", ", ".join(_VIDEO_PROCESSORS))
+    logger.debug("torchvision missing: %s use vlforge's frame video processors",
+                 ", ".join(f.config_class for f in FAMILIES.values()))
     return True
 
 
@@ -103,11 +98,12 @@ def _install() -> None:
         for name, value in (("VideoProcessorMixin", VideoProcessorMixin), ("AutoVideoProcessor", AutoVideoProcessor)):
             if name not in vars(module) or getattr(vars(module)[name], "_backends", None):  # absent or a placeholder
                 setattr(module, name, value)
-    for config_name, (ours, stock) in _VIDEO_PROCESSORS.items():
+    for record in FAMILIES.values():
         # The "alias" entry makes the stock name (as written in every file) resolve to our class.
         AutoVideoProcessor.register(
-            getattr(transformers, config_name),
-            video_processor_classes={"torchvision": getattr(frames_video, ours), "alias": stock},
+            getattr(transformers, record.config_class),
+            video_processor_classes={"torchvision": frames_video.STOCK_STANDINS[record.stock_video_processor],
+                                     "alias": record.stock_video_processor},
             exist_ok=True,
         )
 

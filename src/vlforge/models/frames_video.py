@@ -41,9 +41,7 @@ from transformers.video_processing_utils import VideoProcessorMixin
 from transformers.video_utils import VideoMetadata
 
 from vlforge.media.resize import smart_resize
-
-_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+from vlforge.models.families import CLIP_MEAN, CLIP_STD, FAMILIES, Family
 
 
 class FramesVideoKwargs(VideosKwargs, total=False):
@@ -117,8 +115,8 @@ class FramesVideoProcessor(VideoProcessorMixin):
     do_normalize = True
     do_convert_rgb = True
     rescale_factor = 1 / 255
-    image_mean = _CLIP_MEAN
-    image_std = _CLIP_STD
+    image_mean = CLIP_MEAN
+    image_std = CLIP_STD
     resample = 3  # PIL bicubic
     size: ClassVar[dict[str, int]] = {"shortest_edge": 128 * 28 * 28, "longest_edge": 768 * 28 * 28}
     patch_size = 14
@@ -274,35 +272,40 @@ class FramesVideoProcessor(VideoProcessorMixin):
         return self.preprocess(videos, **kwargs)
 
 
-class Qwen2VLFramesVideoProcessor(FramesVideoProcessor):
-    """Qwen2-VL / Qwen2.5-VL defaults: patch 14, 128*28*28 .. 768*28*28 pixels per frame."""
-
-    stock_name = "Qwen2VLVideoProcessor"
-
-
-class Qwen3VLFramesVideoProcessor(FramesVideoProcessor):
-    """Qwen3-VL defaults: patch 16, mean/std 0.5, 4096 .. 25165824 pixels over frames*h*w."""
-
-    stock_name = "Qwen3VLVideoProcessor"
-    patch_size = 16
-    resize_rule = "video"
-    image_mean = (0.5, 0.5, 0.5)
-    image_std = (0.5, 0.5, 0.5)
-    size: ClassVar[dict[str, int]] = {"shortest_edge": 4096, "longest_edge": 25165824}
-
-
-class Glm4vFramesVideoProcessor(FramesVideoProcessor):
-    """GLM-4.1V defaults: patch 14, 12544 .. 47040000 pixels over frames*h*w."""
-
-    stock_name = "Glm4vVideoProcessor"
-    vlforge_only_keys = ("resize_rule", "min_frames", "max_frames")  # the stock class counts num_frames
-    resize_rule = "video"
-    size: ClassVar[dict[str, int]] = {"shortest_edge": 12544, "longest_edge": 47040000}
+def _standin(record: Family) -> type[FramesVideoProcessor]:
+    """The frames processor that stands in for ``record``'s stock video processor, with its released defaults."""
+    settings = record.video_processor
+    attrs: dict[str, Any] = {
+        "__module__": __name__,
+        "__doc__": f"{record.title} video frames without torchvision (saved as {record.stock_video_processor}).",
+        "stock_name": record.stock_video_processor,
+        "resize_rule": record.video_resize_rule,
+        "patch_size": settings["patch_size"],
+        "temporal_patch_size": settings["temporal_patch_size"],
+        "merge_size": settings["merge_size"],
+        "image_mean": tuple(settings["image_mean"]),
+        "image_std": tuple(settings["image_std"]),
+        "size": dict(settings["size"]),
+        "fps": settings.get("fps", FramesVideoProcessor.fps),
+    }
+    if "min_frames" not in settings:  # the stock class counts num_frames: the frame bounds stay vlforge's
+        attrs["vlforge_only_keys"] = ("resize_rule", "min_frames", "max_frames")
+    return type(record.video_standin, (FramesVideoProcessor,), attrs)
 
 
-#: Per-family classes by the stock name they are saved under (one class per name).
-STOCK_STANDINS: dict[str, type[FramesVideoProcessor]] = {
-    cls.stock_name: cls
-    for cls in (Qwen2VLFramesVideoProcessor, Qwen3VLFramesVideoProcessor, Glm4vFramesVideoProcessor)
-    if cls.stock_name is not None
-}
+def _standins() -> dict[str, type[FramesVideoProcessor]]:
+    out: dict[str, type[FramesVideoProcessor]] = {}
+    for record in FAMILIES.values():
+        made = _standin(record)
+        if record.stock_video_processor in out:
+            first = out[record.stock_video_processor]
+            if first.to_dict(first()) != made.to_dict(made()):
+                raise AssertionError(f"families sharing {record.stock_video_processor} disagree on its defaults")
+            continue
+        out[record.stock_video_processor] = made
+        globals()[made.__name__] = made  # importable (and picklable) by name
+    return out
+
+
+#: Per-family classes by the stock name they are saved under (one class per name), made from the family records.
+STOCK_STANDINS: dict[str, type[FramesVideoProcessor]] = _standins()

@@ -17,9 +17,7 @@ tensors (``input_ids``, ``attention_mask``, ``mm_token_type_ids``, ``pixel_value
 ``image_grid_thw``).
 
 Example:
-    >>> from vlforge.models.inputs import parse_synthetic, smart_resize
-    >>> parse_synthetic("8x720x1280")
-    (8, 720, 1280)
+    >>> from vlforge.media.resize import smart_resize
     >>> smart_resize(720, 1280, factor=32, min_pixels=65536, max_pixels=16777216)
     (704, 1280)
 """
@@ -37,17 +35,10 @@ from PIL import Image
 
 from vlforge.errors import DataError, VlforgeError
 from vlforge.media.resize import smart_resize
-from vlforge.models.input_checks import (  # noqa: F401  (their home before; kept importable from here)
-    InputSource,
-    check_image_file,
-    check_sources,
-    check_video_file,
-    parse_synthetic,
-)
+from vlforge.models.families import CLIP_MEAN, CLIP_STD, uses_image_processor
+from vlforge.models.input_checks import check_sources, parse_synthetic
 
 PROMPT = "Describe this."
-_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
-_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
 @dataclass
@@ -96,10 +87,10 @@ def vision_rules(model: torch.nn.Module, processor: Any | None) -> VisionRules:
         merge_size=int(merge),
         min_pixels=int(_get(size, "shortest_edge") or _get(image_processor, "min_pixels") or 56 * 56),
         max_pixels=int(_get(size, "longest_edge") or _get(image_processor, "max_pixels") or 28 * 28 * 1280),
-        mean=tuple(_get(image_processor, "image_mean") or _CLIP_MEAN),
-        std=tuple(_get(image_processor, "image_std") or _CLIP_STD),
+        mean=tuple(_get(image_processor, "image_mean") or CLIP_MEAN),
+        std=tuple(_get(image_processor, "image_std") or CLIP_STD),
         rescale=float(_get(image_processor, "rescale_factor") or 1 / 255),
-        resize_rule="video" if type(image_processor).__name__.startswith("Glm4v") else "image",
+        resize_rule=owner.image_resize_rule if (owner := uses_image_processor(type(image_processor).__name__)) else "image",
     )
 
 

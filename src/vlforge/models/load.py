@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 from vlforge.errors import ConfigError, ModelLoadError
 from vlforge.models import tiny
 from vlforge.models.compat import ensure_processor_support
-from vlforge.models.refs import DTYPE_NAMES, PRESET_PREFIX, REAL_PREFIX, local_checkpoint, parse_preset
+from vlforge.models.presets import PRESET_PREFIX, REAL_PREFIX, parse_preset
+from vlforge.models.refs import DTYPE_NAMES, local_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ def _preset(preset: str) -> tuple[Path, str, int, bool]:
     import transformers
 
     fingerprint = json.dumps(
-        [tiny.spec(family).model_dump(), tied, transformers.__version__, tiny.VOCAB_MULTIPLE,
+        [tiny.fingerprint(family), tied, transformers.__version__, tiny.VOCAB_MULTIPLE,
          tiny.FILES_VERSION], sort_keys=True
     )
     digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
@@ -320,3 +321,10 @@ def resolve_device(device: str) -> torch.device:
     if resolved.type == "cuda" and not torch.cuda.is_available():
         raise ModelLoadError(f"--device {device}: CUDA is not available here")
     return resolved
+
+
+def load_model_config(ref: str) -> Any:
+    """The transformers config of a model reference (tiny preset, local checkpoint, cached hub id); no weights."""
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(resolve(ref))

@@ -22,9 +22,30 @@ import re
 from typing import Any, NamedTuple
 
 from vlforge.errors import ConfigError
+from vlforge.models.families import FAMILIES, family
 
+PRESET_PREFIX = "tiny:"
 REAL_PREFIX = "real:"
+_PRESET = re.compile(r"^tiny:(?P<family>[a-z0-9_]+)(?P<untied>\+untied)?(?:@(?P<seed>-?\d+))?$")
 _REAL = re.compile(r"^real:(?P<name>[a-z0-9_]+)(?:@(?P<seed>-?\d+))?$")
+
+
+class Preset(NamedTuple):
+    """A ``tiny:`` preset's parts."""
+
+    family: str
+    seed: int
+    tied: bool
+
+
+def parse_preset(preset: str) -> Preset:
+    """``tiny:FAMILY[+untied][@SEED]`` -> its parts; an unknown family or a malformed preset is a ConfigError."""
+    match = _PRESET.match(preset.strip())
+    if match is None:
+        raise ConfigError(f"bad preset {preset!r}; expected tiny:FAMILY[+untied][@SEED] with FAMILY one of "
+                          + ", ".join(FAMILIES))
+    family(match["family"])  # unknown family: one line with "did you mean" and the known ones
+    return Preset(match["family"], int(match["seed"] or 0), match["untied"] is None)
 
 
 class RealPreset(NamedTuple):
@@ -143,15 +164,13 @@ def real_config(name: str, tokenizer: Any) -> Any:
     """The transformers config of a real-size preset, with the token ids of ``tokenizer`` (the real Qwen3 one)."""
     import transformers
 
-    from vlforge.models import tiny
-
     spec = REAL_PRESETS[name]
-    family_spec = tiny.spec(spec.family)
-    eos = tokenizer.convert_tokens_to_ids(family_spec.eos_tokens[0])
+    record = family(spec.family)
+    eos = tokenizer.convert_tokens_to_ids(record.eos_tokens[0])
     pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     text = {**spec.text, "tie_word_embeddings": spec.tie_word_embeddings, "bos_token_id": pad,
             "eos_token_id": eos, "pad_token_id": pad}
-    config = getattr(transformers, family_spec.config_class)(
+    config = getattr(transformers, record.config_class)(
         text_config=text, vision_config=dict(spec.vision), tie_word_embeddings=spec.tie_word_embeddings,
     )
     config.architectures = None
@@ -165,8 +184,6 @@ def preset_config(ref: str) -> Any:
     if ref.startswith(REAL_PREFIX):
         name, spec, _seed = parse_real(ref)
         return real_config(name, tiny._shared_tokenizer(spec.family))
-    from vlforge.models.refs import PRESET_PREFIX, parse_preset
-
     if not ref.startswith(PRESET_PREFIX):
         raise ConfigError(f"{ref!r} is not a preset; use tiny:FAMILY or real:NAME")
     family, _seed, tied = parse_preset(ref)

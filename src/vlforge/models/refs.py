@@ -18,13 +18,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import NamedTuple
 
 from vlforge.errors import ConfigError, ModelLoadError
+from vlforge.models.presets import PRESET_PREFIX, REAL_PREFIX, parse_preset, parse_real
 
-PRESET_PREFIX = "tiny:"
-REAL_PREFIX = "real:"
-_PRESET = re.compile(r"^tiny:(?P<family>[a-z0-9_]+)(?P<untied>\+untied)?(?:@(?P<seed>-?\d+))?$")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 DTYPE_NAMES = {
     "float32": "float32", "fp32": "float32", "float": "float32",
@@ -33,30 +30,12 @@ DTYPE_NAMES = {
 }
 
 
-class Preset(NamedTuple):
-    family: str
-    seed: int
-    tied: bool
-
-
 def dtype_name(dtype: str) -> str:
     """Canonical name (``float32``, ``bfloat16``, ``float16``) of a dtype alias such as ``"bf16"``."""
     key = dtype.strip().lower().removeprefix("torch.")
     if key not in DTYPE_NAMES:
         raise ConfigError(f"unknown dtype {dtype!r}; use one of {', '.join(sorted(DTYPE_NAMES))}")
     return DTYPE_NAMES[key]
-
-
-def parse_preset(preset: str) -> Preset:
-    """``tiny:FAMILY[+untied][@SEED]`` -> its parts; an unknown family or a malformed preset is a ConfigError."""
-    from vlforge.models import tiny
-
-    match = _PRESET.match(preset.strip())
-    if match is None:
-        raise ConfigError(f"bad preset {preset!r}; expected tiny:FAMILY[+untied][@SEED] with FAMILY one of "
-                          + ", ".join(tiny.families()))
-    tiny.spec(match["family"])  # unknown family: one line listing the known ones
-    return Preset(match["family"], int(match["seed"] or 0), match["untied"] is None)
 
 
 def local_checkpoint(text: str) -> Path | None:
@@ -83,8 +62,6 @@ def check_model_ref(ref: str | os.PathLike[str]) -> None:
     if text.startswith(PRESET_PREFIX):
         parse_preset(text)
     elif text.startswith(REAL_PREFIX):
-        from vlforge.models.presets import parse_real
-
         parse_real(text)
     else:
         local_checkpoint(text)
@@ -96,8 +73,6 @@ def model_family(ref: str | os.PathLike[str]) -> str | None:
     if text.startswith(PRESET_PREFIX):
         return parse_preset(text).family
     if text.startswith(REAL_PREFIX):
-        from vlforge.models.presets import parse_real
-
         return parse_real(text)[1].family
     local = local_checkpoint(text)
     if local is None:

@@ -3,12 +3,12 @@
 Each renders a list of ``{"role", "content"}`` messages, where ``content`` is a string or a list of
 items ``{"type": "text"|"image"|"video", ...}``, into the prompt layout the family was trained on:
 
-- ``qwen2_vl`` (Qwen2-VL, Qwen2.5-VL): ChatML roles, a default system prompt when none is given, and
+- ``qwen2_chatml`` (Qwen2-VL, Qwen2.5-VL): ChatML roles, a default system prompt when none is given, and
   ``<|vision_start|><|image_pad|><|vision_end|>`` / ``<|vision_start|><|video_pad|><|vision_end|>``.
-- ``qwen3_vl`` (Qwen3-VL, Qwen3-VL-MoE): ChatML roles, no default system prompt, the same vision
+- ``qwen3_chatml`` (Qwen3-VL, Qwen3-VL-MoE): ChatML roles, no default system prompt, the same vision
   markup (the processor expands ``<|video_pad|>`` into per-frame ``<t seconds>`` blocks and keeps
   this outer pair); ``<think>`` blocks of assistant turns before the last user turn are dropped.
-- ``glm4v`` (GLM-4.1V): ``[gMASK]<sop>`` then ``<|system|>``/``<|user|>``/``<|assistant|>`` turns,
+- ``glm_chat`` (GLM-4.1V): ``[gMASK]<sop>`` then ``<|system|>``/``<|user|>``/``<|assistant|>`` turns,
   ``<|begin_of_image|><|image|><|end_of_image|>`` and ``<|begin_of_video|><|video|><|end_of_video|>``.
 
 Assistant turns sit in ``{% generation %}`` blocks (``return_assistant_tokens_mask`` works).
@@ -16,7 +16,7 @@ Assistant turns sit in ``{% generation %}`` blocks (``return_assistant_tokens_ma
 
 Example:
     >>> from vlforge.models.templates import render
-    >>> render("qwen3_vl", [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}])
+    >>> render("qwen3_chatml", [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}])
     '<|im_start|>user\\n<|vision_start|><|image_pad|><|vision_end|>hi<|im_end|>\\n<|im_start|>assistant\\n'
 """
 
@@ -94,11 +94,11 @@ _GLM4V = _CONTENT_MACRO + """\
 {%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}
 """
 
-TEMPLATES: dict[str, str] = {"qwen2_vl": _QWEN2_VL, "qwen3_vl": _QWEN3_VL, "glm4v": _GLM4V}
+TEMPLATES: dict[str, str] = {"qwen2_chatml": _QWEN2_VL, "qwen3_chatml": _QWEN3_VL, "glm_chat": _GLM4V}
 
 
 def template(style: str) -> str:
-    """The Jinja chat template of a style (``qwen2_vl``, ``qwen3_vl`` or ``glm4v``)."""
+    """The Jinja chat template of a style (a key of :data:`TEMPLATES`; each family record names its own)."""
     try:
         return TEMPLATES[style]
     except KeyError:

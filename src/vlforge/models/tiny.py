@@ -25,20 +25,25 @@ Example (CPU, a few seconds):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
-from vlforge.errors import ConfigError
+from vlforge.command import Job, always_ok
+from vlforge.errors import ConfigError, VlforgeError
 from vlforge.models.compat import ensure_processor_support
+from vlforge.models.families import family
 from vlforge.models.templates import template
 from vlforge.models.tokenizer import qwen3_tokenizer
 from vlforge.outputs import check_output_dir, staged_dir
+from vlforge.strict import StrictModel
 
 logger = logging.getLogger(__name__)
 
@@ -48,28 +53,15 @@ FILES_VERSION = 2
 """Version of what :func:`write_tiny` writes; part of the preset cache key (2: stock class names only)."""
 
 
-class TinySpec(BaseModel):
-    """Everything that defines one family's tiny checkpoint."""
+class TinySpec(StrictModel):
+    """The tiny dimensions of one family (its other facts are its record in :mod:`vlforge.models.families`)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)
 
-    config_class: str
-    """transformers config class, e.g. ``Qwen3VLConfig``."""
-    processor_class: str
-    image_processor_class: str
-    video_processor_class: str
-    """Class in :mod:`vlforge.models.frames_video` (saved under the stock name it stands in for)."""
-    template: str
-    """Chat template style of :mod:`vlforge.models.templates`."""
     text: dict[str, Any]
+    """``text_config`` fields: small widths, the family's real rope layout."""
     vision: dict[str, Any]
-    image_processor: dict[str, Any]
-    video_processor: dict[str, Any]
-    added_tokens: tuple[str, ...] = ()
-    """Special tokens the family needs beyond the Qwen3 vocabulary (appended after id 151668)."""
-    token_ids: dict[str, str] = {}
-    """Top-level config key -> token whose id it must hold."""
-    eos_tokens: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
+    """``vision_config`` fields: 2 small blocks with the real patch geometry."""
 
 
 _TEXT = {  # shared tiny decoder: 2 layers, width 64, 4 query heads x 16, 2 KV heads
@@ -80,145 +72,66 @@ _TEXT = {  # shared tiny decoder: 2 layers, width 64, 4 query heads x 16, 2 KV h
     "num_key_value_heads": 2,
     "max_position_embeddings": 4096,
 }
-_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
-_CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
-
-_QWEN2_IMAGE = {  # real Qwen2-VL / Qwen2.5-VL preprocessor: 56*56 .. 28*28*16384 pixels
-    "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
-    "size": {"shortest_edge": 3136, "longest_edge": 12845056},
-    "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD,
-}
-_QWEN2_VIDEO = {  # real: 128*28*28 .. 768*28*28 pixels per frame, 2 fps
-    "patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
-    "size": {"shortest_edge": 100352, "longest_edge": 602112}, "fps": 2.0, "min_frames": 4,
-    "max_frames": 768, "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD,
-}
-_QWEN3_IMAGE = {  # real Qwen3-VL preprocessor: 256*256 .. 4096*4096 pixels, mean/std 0.5
-    "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
-    "size": {"shortest_edge": 65536, "longest_edge": 16777216},
-    "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-}
-_QWEN3_VIDEO = {  # real Qwen3-VL video processor: pixel budget over frames*h*w, 2 fps, 4..768 frames
-    "patch_size": 16, "temporal_patch_size": 2, "merge_size": 2,
-    "size": {"shortest_edge": 4096, "longest_edge": 25165824}, "fps": 2.0, "min_frames": 4,
-    "max_frames": 768, "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5],
-}
 _QWEN3_VISION = {  # real Qwen3-VL-2B: depth 24, hidden 1024, mlp 4096, 16 heads, deepstack (5, 11, 17)
     "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
     "patch_size": 16, "temporal_patch_size": 2, "spatial_merge_size": 2,
     "num_position_embeddings": 2304, "deepstack_visual_indexes": [0, 1],
 }
-_GLM_TOKENS = (  # GLM-4.1V's own special tokens, appended to the Qwen3 vocabulary in this order
-    "[gMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
-    "<|begin_of_image|>", "<|end_of_image|>", "<|begin_of_video|>", "<|end_of_video|>",
-    "<|image|>", "<|video|>",
-)
+_QWEN3_ROPE = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [4, 2, 2], "mrope_interleaved": True}
 
 SPECS: dict[str, TinySpec] = {
     # Qwen2-VL-2B: text 1536 wide x 28 layers (12 heads, 2 KV), vocab 151936, tied;
     # vision 32 blocks x 1280 (16 heads), patch 14, mrope sections (16, 24, 24).
     "qwen2_vl": TinySpec(
-        config_class="Qwen2VLConfig",
-        processor_class="Qwen2VLProcessor",
-        video_processor_class="Qwen2VLFramesVideoProcessor",
-        image_processor_class="Qwen2VLImageProcessorPil",
-        template="qwen2_vl",
         text={**_TEXT, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}},
         vision={"depth": 2, "embed_dim": 32, "hidden_size": 64, "mlp_ratio": 2, "num_heads": 2,
                 "patch_size": 14, "temporal_patch_size": 2, "spatial_merge_size": 2},
-        image_processor=_QWEN2_IMAGE,
-        video_processor=_QWEN2_VIDEO,
     ),
     # Qwen2.5-VL-3B: text 2048 x 36 layers (16 heads, 2 KV), vocab 151936, tied; vision 32 blocks x 1280,
     # window attention (112 px) with full attention at blocks (7, 15, 23, 31), patch 14.
     "qwen2_5_vl": TinySpec(
-        config_class="Qwen2_5_VLConfig",
-        processor_class="Qwen2_5_VLProcessor",
-        video_processor_class="Qwen2VLFramesVideoProcessor",
-        image_processor_class="Qwen2VLImageProcessorPil",
-        template="qwen2_vl",
         text={**_TEXT, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}},
         vision={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
                 "patch_size": 14, "temporal_patch_size": 2, "spatial_merge_size": 2, "window_size": 112,
                 "fullatt_block_indexes": [1], "tokens_per_second": 2},
-        image_processor=_QWEN2_IMAGE,
-        video_processor=_QWEN2_VIDEO,
     ),
     # Qwen3-VL-2B: text 2048 x 28 layers (16 heads x 128, 8 KV), vocab 151936, tied, interleaved
     # mrope (24, 20, 20); vision see _QWEN3_VISION, patch 16.
-    "qwen3_vl": TinySpec(
-        config_class="Qwen3VLConfig",
-        processor_class="Qwen3VLProcessor",
-        video_processor_class="Qwen3VLFramesVideoProcessor",
-        image_processor_class="Qwen2VLImageProcessorPil",
-        template="qwen3_vl",
-        text={**_TEXT, "head_dim": 16,
-              "rope_parameters": {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [4, 2, 2],
-                                  "mrope_interleaved": True}},
-        vision=_QWEN3_VISION,
-        image_processor=_QWEN3_IMAGE,
-        video_processor=_QWEN3_VIDEO,
-    ),
+    "qwen3_vl": TinySpec(text={**_TEXT, "head_dim": 16, "rope_parameters": _QWEN3_ROPE}, vision=_QWEN3_VISION),
     # Qwen3-VL-30B-A3B: text 2048 x 48 layers (32 heads x 128, 4 KV), 128 experts top-8 of width 768,
     # vocab 151936, untied; vision 27 blocks x 1152, deepstack (8, 16, 24), patch 16.
     "qwen3_vl_moe": TinySpec(
-        config_class="Qwen3VLMoeConfig",
-        processor_class="Qwen3VLProcessor",
-        video_processor_class="Qwen3VLFramesVideoProcessor",
-        image_processor_class="Qwen2VLImageProcessorPil",
-        template="qwen3_vl",
-        text={**_TEXT, "head_dim": 16, "moe_intermediate_size": 32, "num_experts": 4,
-              "num_experts_per_tok": 2, "decoder_sparse_step": 1, "mlp_only_layers": [],
-              "rope_parameters": {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [4, 2, 2],
-                                  "mrope_interleaved": True}},
+        text={**_TEXT, "head_dim": 16, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
+              "decoder_sparse_step": 1, "mlp_only_layers": [], "rope_parameters": _QWEN3_ROPE},
         vision=_QWEN3_VISION,
-        image_processor=_QWEN3_IMAGE,
-        video_processor=_QWEN3_VIDEO,
     ),
     # GLM-4.1V-9B: text 4096 x 40 layers (32 heads x 128, 2 KV), vocab 151552 (its own tokenizer),
     # half-rotary mrope (8, 12, 12); vision 24 blocks x 1536 (12 heads), image_size 336, patch 14.
     "glm4v": TinySpec(
-        config_class="Glm4vConfig",
-        processor_class="Glm4vProcessor",
-        video_processor_class="Glm4vFramesVideoProcessor",
-        image_processor_class="Glm4vImageProcessorPil",
-        template="glm4v",
         text={**_TEXT, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
                                            "mrope_section": [1, 1, 2], "partial_rotary_factor": 0.5}},
         vision={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
                 "image_size": 336, "patch_size": 14, "temporal_patch_size": 2, "spatial_merge_size": 2},
-        image_processor={"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
-                         "size": {"shortest_edge": 12544, "longest_edge": 9633792},
-                         "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD},
-        # Video pixel budget as in GLM-4.1V (the stock class has no min/max_frames; vlforge.data samples).
-        video_processor={"patch_size": 14, "temporal_patch_size": 2, "merge_size": 2,
-                         "size": {"shortest_edge": 12544, "longest_edge": 47040000}, "fps": 2.0,
-                         "image_mean": _CLIP_MEAN, "image_std": _CLIP_STD},
-        added_tokens=_GLM_TOKENS,
-        token_ids={
-            "image_token_id": "<|image|>",
-            "video_token_id": "<|video|>",
-            "image_start_token_id": "<|begin_of_image|>",
-            "image_end_token_id": "<|end_of_image|>",
-            "video_start_token_id": "<|begin_of_video|>",
-            "video_end_token_id": "<|end_of_video|>",
-        },
-        eos_tokens=("<|endoftext|>", "<|user|>", "<|observation|>"),
     ),
 }
 
 
 def families() -> list[str]:
-    """Names accepted by :func:`write_tiny` and by ``tiny:FAMILY`` presets."""
+    """Names accepted by :func:`write_tiny` and by ``tiny:FAMILY`` presets (every family has a tiny spec)."""
     return list(SPECS)
 
 
-def spec(family: str) -> TinySpec:
+def spec(name: str) -> TinySpec:
     """The :class:`TinySpec` of a family; unknown names raise :class:`ConfigError`."""
-    try:
-        return SPECS[family]
-    except KeyError:
-        raise ConfigError(f"unknown tiny model family {family!r}; known: {', '.join(SPECS)}") from None
+    family(name)  # an unknown name: one line with "did you mean" and the known families
+    if name not in SPECS:
+        raise ConfigError(f"model family {name!r} has no tiny spec in vlforge.models.tiny")
+    return SPECS[name]
+
+
+def fingerprint(name: str) -> dict[str, Any]:
+    """Everything a tiny checkpoint of ``name`` is made from: its tiny spec and its family record."""
+    return {"tiny": spec(name).model_dump(), "family": dataclasses.asdict(family(name))}
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -235,11 +148,11 @@ def _base_tokenizer(added_tokens: tuple[str, ...], eos_token: str):
     return tokenizer
 
 
-def build_tokenizer(family: str):
+def build_tokenizer(name: str):
     """A fresh Qwen3 tokenizer with the family's added special tokens, eos and chat template."""
-    family_spec = spec(family)
-    tokenizer = _base_tokenizer(family_spec.added_tokens, family_spec.eos_tokens[0])
-    tokenizer.chat_template = template(family_spec.template)
+    record = family(name)
+    tokenizer = _base_tokenizer(record.added_tokens, record.eos_tokens[0])
+    tokenizer.chat_template = template(record.template)
     return tokenizer
 
 
@@ -249,20 +162,20 @@ def _shared_base(added_tokens: tuple[str, ...], eos_token: str):
     return _base_tokenizer(added_tokens, eos_token)
 
 
-def _shared_tokenizer(family: str):
-    family_spec = spec(family)
-    tokenizer = _shared_base(family_spec.added_tokens, family_spec.eos_tokens[0])
-    tokenizer.chat_template = template(family_spec.template)  # set before every use: instances are shared
+def _shared_tokenizer(name: str):
+    record = family(name)
+    tokenizer = _shared_base(record.added_tokens, record.eos_tokens[0])
+    tokenizer.chat_template = template(record.template)  # set before every use: instances are shared
     return tokenizer
 
 
-def build_config(family: str, tokenizer, *, tie_word_embeddings: bool = True):
+def build_config(name: str, tokenizer, *, tie_word_embeddings: bool = True):
     """The transformers config of a family's tiny model for this tokenizer."""
     import transformers
 
-    family_spec = spec(family)
-    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in family_spec.token_ids.items()}
-    eos = [tokenizer.convert_tokens_to_ids(token) for token in family_spec.eos_tokens]
+    family_spec, record = spec(name), family(name)
+    ids = {key: tokenizer.convert_tokens_to_ids(token) for key, token in record.token_ids.items()}
+    eos = [tokenizer.convert_tokens_to_ids(token) for token in record.eos_tokens]
     pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     text = {
         **family_spec.text,
@@ -272,7 +185,7 @@ def build_config(family: str, tokenizer, *, tie_word_embeddings: bool = True):
         "eos_token_id": eos[0],
         "pad_token_id": pad,
     }
-    config_class = getattr(transformers, family_spec.config_class)
+    config_class = getattr(transformers, record.config_class)
     config = config_class(
         text_config=text,
         vision_config=dict(family_spec.vision),
@@ -283,21 +196,21 @@ def build_config(family: str, tokenizer, *, tie_word_embeddings: bool = True):
     return config, eos, pad
 
 
-def build_processor(family: str, tokenizer):
+def build_processor(name: str, tokenizer):
     """The family's processor: PIL image processor, :class:`FramesVideoProcessor`, this tokenizer."""
     import transformers
 
-    from vlforge.models import frames_video
+    from vlforge.models.frames_video import STOCK_STANDINS
 
     ensure_processor_support()
-    family_spec = spec(family)
-    image_class = getattr(transformers, family_spec.image_processor_class)
-    processor_class = getattr(transformers, family_spec.processor_class)
+    record = family(name)
+    image_class = getattr(transformers, record.image_processor_class)
+    processor_class = getattr(transformers, record.processor_class)
     return processor_class(
-        image_processor=image_class(**family_spec.image_processor),
+        image_processor=image_class(**record.image_processor),
         tokenizer=tokenizer,
-        video_processor=getattr(frames_video, family_spec.video_processor_class)(**family_spec.video_processor),
-        chat_template=template(family_spec.template),
+        video_processor=STOCK_STANDINS[record.stock_video_processor](**record.video_processor),
+        chat_template=template(record.template),
     )
 
 
@@ -306,13 +219,13 @@ def _check_target(out_dir: Path) -> None:
 
 
 def write_tiny(
-    family: str,
+    name: str,
     out_dir: str | os.PathLike[str],
     *,
     seed: int = 0,
     tie_word_embeddings: bool = True,
 ) -> Path:
-    """Write the tiny checkpoint of ``family`` into ``out_dir`` and return its path.
+    """Write the tiny checkpoint of family ``name`` into ``out_dir`` and return its path.
 
     ``out_dir`` may be new, empty, or a previous ``vlforge tiny`` output (replaced); any other
     non-empty directory is refused. The directory is built next to ``out_dir`` and renamed into
@@ -321,30 +234,67 @@ def write_tiny(
     import torch
     from transformers import AutoModelForImageTextToText, GenerationConfig
 
-    spec(family)
+    spec(name)
     out_dir = Path(out_dir).expanduser().absolute()
     _check_target(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer = _shared_tokenizer(family)
-    config, eos, pad = build_config(family, tokenizer, tie_word_embeddings=tie_word_embeddings)
+    tokenizer = _shared_tokenizer(name)
+    config, eos, pad = build_config(name, tokenizer, tie_word_embeddings=tie_word_embeddings)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     model.generation_config = GenerationConfig(bos_token_id=pad, eos_token_id=eos, pad_token_id=pad)
-    processor = build_processor(family, tokenizer)
+    processor = build_processor(name, tokenizer)
 
     with staged_dir(out_dir, writer="tiny") as staging:
         model.save_pretrained(staging)
         processor.save_pretrained(staging)
         marker = {
-            "family": family,
+            "family": name,
             "seed": seed,
             "files_version": FILES_VERSION,
             "tie_word_embeddings": tie_word_embeddings,
             "vocab_size": config.text_config.vocab_size,
             "tokenizer_length": len(tokenizer),
-            "added_tokens": {t: tokenizer.convert_tokens_to_ids(t) for t in spec(family).added_tokens},
+            "added_tokens": {t: tokenizer.convert_tokens_to_ids(t) for t in family(name).added_tokens},
         }
         (staging / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
-    logger.info("wrote tiny %s (seed %d) to %s", family, seed, out_dir)
+    logger.info("wrote tiny %s (seed %d) to %s", name, seed, out_dir)
     return out_dir
+
+
+@dataclass(frozen=True)
+class TinyRequest:
+    """``vlforge tiny FAMILY OUT_DIR [--seed N] [--untied]`` or ``vlforge tiny --list``."""
+
+    family: str = ""
+    out_dir: Path | None = None
+    seed: int = 0
+    untied: bool = False
+    list_families: bool = False
+
+
+def _check_request(request: TinyRequest) -> None:
+    if request.list_families:
+        return
+    if not request.family or request.out_dir is None:
+        raise VlforgeError("usage: vlforge tiny FAMILY OUT_DIR [--seed N] [--untied] (families: "
+                           + ", ".join(families()) + ")")
+    spec(request.family)
+    _check_target(Path(request.out_dir).expanduser().absolute())
+
+
+def _run_request(request: TinyRequest) -> list[str]:
+    if request.list_families:
+        return families()
+    return [str(write_tiny(request.family, request.out_dir, seed=request.seed,
+                           tie_word_embeddings=not request.untied))]
+
+
+def _print_lines(request: TinyRequest, lines: list[str], console: Any) -> None:
+    for line in lines:
+        console.file.write(line + "\n")
+
+
+JOB: Job[TinyRequest, list[str]] = Job(check=_check_request, run=_run_request, render=_print_lines,
+                                      to_json=lambda lines: json.dumps(lines), exit_code=always_ok)

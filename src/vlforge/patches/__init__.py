@@ -7,7 +7,7 @@ from vlforge.lazy import lazy_exports
 _EXPORTS = {
     "GemmConv2d": "vlforge.patches.patch_embed",
     "GemmConv3d": "vlforge.patches.patch_embed",
-    "gemm_conv_forward": "vlforge.patches.patch_embed",
+    "gemm_conv_forward": "vlforge.patches.gemm",
     "is_patchable": "vlforge.patches.patch_embed",
     "is_patched": "vlforge.patches.patch_embed",
     "PatchedModule": "vlforge.patches.registry",

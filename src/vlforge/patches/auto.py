@@ -24,6 +24,8 @@ import logging
 import torch
 from torch import nn
 
+from vlforge.patches.timing import choose_path
+
 logger = logging.getLogger(__name__)
 
 _AUTO_CHOICES: dict[tuple, str] = {}
@@ -50,9 +52,6 @@ def auto_path(conv: nn.Module, x: torch.Tensor) -> str:
     key = (*sig, shape_bucket(x.shape))
     choice = _AUTO_CHOICES.get(key)
     if choice is None:
-        # Imported here: timing imports patch_embed, which imports this module.
-        from vlforge.patches.timing import choose_path
-
         try:
             choice = choose_path(conv, x, train=train, dtype=dtype)
         except RuntimeError as error:  # e.g. the stock conv has no kernel for this dtype on this device

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vlforge.patches.patch_embed import gemm_conv_forward
+from vlforge.patches.gemm import gemm_conv_forward
 
 logger = logging.getLogger(__name__)
 

@@ -40,12 +40,3 @@ def check_layout(gpus: int, nodes: int) -> int:
     if nodes < 1:
         raise ConfigError(f"--nodes {nodes}: must be at least 1")
     return gpus * nodes
-
-
-def human(size: float) -> str:
-    """``12.3 GiB``-style text of a byte count."""
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size} B"

@@ -1,6 +1,6 @@
 """`vlforge plan`: will this training config fit, and the cheapest changes that make it fit.
 
-Each suggestion is one change of the config, estimated again with :func:`~vlforge.plan.estimate.estimate_memory`;
+Each suggestion is one change of the config, estimated again with :func:`~vlforge.memory.estimate.estimate_memory`;
 they are listed fitting ones first, each group in order of cost to the run (what it costs in speed or in
 what is trained): accumulation instead of a larger batch, gradient checkpointing, sequence parallelism,
 shorter rows, a frozen vision tower, LoRA, more GPUs. When no single change fits, the changes are also
@@ -18,9 +18,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlforge.errors import ConfigError
-from vlforge.plan.estimate import MemoryEstimate, estimate_memory
-from vlforge.plan.options import human
+from vlforge.config.parallel import check_sequence_parallel
+from vlforge.memory.estimate import MemoryEstimate, estimate_memory
+from vlforge.memory.verdict import human
+from vlforge.models.families import supports
+from vlforge.models.load import load_model_config
 
 logger = logging.getLogger(__name__)
 
@@ -91,12 +93,10 @@ def candidates(cfg: Any, model_config: Any, world: int) -> list[tuple[str, Any, 
     if not cfg.model.gradient_checkpointing:
         out.append(("model.gradient_checkpointing: true", _update(cfg, "model", gradient_checkpointing=True),
                     "keeps one layer's activations instead of all (about a third more compute)"))
-    from vlforge.train.sp import SUPPORTED_FAMILIES
-
     family = getattr(model_config, "model_type", "")
     heads = _text_heads(model_config)
     for degree in (2, 4, 8):
-        if degree > cfg.sp_ulysses_degree and family in SUPPORTED_FAMILIES and world % degree == 0 \
+        if degree > cfg.sp_ulysses_degree and supports(family, "sequence_parallel") and world % degree == 0 \
                 and heads % degree == 0:
             out.append((f"sp_ulysses_degree: {degree}", _update(cfg, None, sp_ulysses_degree=degree),
                         f"each rank holds 1/{degree} of the sequence in the text layers"))
@@ -111,7 +111,7 @@ def candidates(cfg: Any, model_config: Any, world: int) -> list[tuple[str, Any, 
                                                                freeze_modules=[*cfg.model.freeze_modules, "visual"]),
                     "the vision tower keeps no gradients, optimizer state or activations"))
     if cfg.model.lora is None:
-        from vlforge.train.schema import LoraConfig
+        from vlforge.config.schema import LoraConfig
 
         lora = LoraConfig(r=16, alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
                                                           "up_proj", "down_proj"])
@@ -129,14 +129,8 @@ def make_plan(cfg: Any, *, gpus: int = 1, nodes: int = 1, gpu_memory: int | None
     world = gpus * nodes
     if model_config is None:
         model_config = load_model_config(cfg.model.load_from_pretrained_path)
-    heads = _text_heads(model_config)
-    degree = cfg.sp_ulysses_degree
-    if degree > 1 and heads % degree:
-        raise ConfigError(f"sp_ulysses_degree: {degree} does not divide the {heads} attention heads of the text "
-                          f"model; use a degree that divides {heads}")
-    if degree > 1 and world % degree:
-        raise ConfigError(f"sp_ulysses_degree: {degree} does not divide the {world} GPU(s) of the plan "
-                          "(--gpus x --nodes)")
+    check_sequence_parallel(cfg.sp_ulysses_degree, family=getattr(model_config, "model_type", ""), world=world,
+                            heads=_text_heads(model_config), processes="GPU(s) of the plan (--gpus x --nodes)")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if gpu_memory is not None:
         device_bytes, note = gpu_memory, "--gpu-memory"
@@ -184,15 +178,6 @@ def suggest(cfg: Any, model_config: Any, budget: int, world: int, kwargs: dict[s
     return found
 
 
-def load_model_config(ref: str) -> Any:
-    """The transformers config of a model reference (tiny preset, local checkpoint, cached hub id); no weights."""
-    from transformers import AutoConfig
-
-    from vlforge.models.load import resolve
-
-    return AutoConfig.from_pretrained(resolve(ref))
-
-
 def render(report: PlanReport) -> list[str]:
     """Plain text lines: the verdict, the parts, the suggestions."""
     est = report.estimate
@@ -213,27 +198,3 @@ def render(report: PlanReport) -> list[str]:
             mark = "fits" if s.fits else "still over"
             lines.append(f"  {s.change}: {human(s.peak_bytes)} ({mark}; {s.why})")
     return lines
-
-
-def free_bytes(device: Any, local_processes: int = 1) -> int | None:
-    """Memory free for one process on ``device``: CUDA's free memory, or the host's available memory shared by
-    the ``local_processes`` of this node."""
-    from vlforge.models.load import available_bytes
-
-    free = available_bytes(device)
-    return free if device.type == "cuda" else free // max(local_processes, 1)
-
-
-def startup_verdict(cfg: Any, *, world: int, device: Any, local_processes: int = 1) -> tuple[str, bool]:
-    """``(one line, over)``: the estimated peak per rank against the memory free here (``over`` when above it)."""
-    estimate = estimate_memory(cfg, load_model_config(cfg.model.load_from_pretrained_path), world=world,
-                               device=device)
-    free = free_bytes(device, local_processes)
-    top = sorted(((v, k) for k, v in estimate.parts.items() if v), reverse=True)[:3]
-    parts = ", ".join(f"{k.replace('_', ' ')} {human(v)}" for v, k in top)
-    where = f"{human(free)} free on {device.type}" if free is not None else "free memory unknown"
-    over = free is not None and estimate.peak_bytes > free
-    line = f"plan: about {human(estimate.peak_bytes)} peak per rank ({parts}); {where}"
-    if over:
-        line += "; the run may run out of memory: `vlforge plan CONFIG` lists changes that lower the peak"
-    return line, over

@@ -33,6 +33,10 @@ class ProfileOptions(InputSource):
     compare: list[str] = Field(default_factory=lambda: ["stock"])
     """Variants to run, in order; with two or more, ratios of the first to each other are reported."""
     trace_dir: Path | None = None
+    plot: Path | None = None
+    """Also write a bar chart PNG here (needs ``vlforge[plot]``)."""
+    per_block: bool = True
+    """Tables with one row per block and layer (else a summary per component kind)."""
     anomaly_ratio: float = Field(ANOMALY_RATIO, gt=0)
     anomaly_min_share: float = Field(ANOMALY_MIN_SHARE, ge=0)
 

@@ -25,14 +25,18 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
+
+from vlforge.strict import StrictModel
 
 ANOMALY_RATIO = 3.0
 ANOMALY_MIN_SHARE = 5.0
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Strict(StrictModel):
+    """Report fields: unknown keys are errors when a report is read back; measured values may be inf."""
+
+    model_config = ConfigDict(allow_inf_nan=True)
 
 
 class Timing(_Strict):

@@ -32,6 +32,7 @@ from vlforge.models.inputs import make_spec
 from vlforge.models.load import resolve_device
 from vlforge.outputs import fsync_dir, record
 from vlforge.patches import patched_modules
+from vlforge.patches.timing import synchronize
 from vlforge.profile.options import ProfileOptions, check_trace_dir, trace_name
 from vlforge.profile.report import (
     ComponentStats,
@@ -59,11 +60,6 @@ def attn_unavailable(attn: str, device: torch.device) -> str | None:
     check = {"flash_attention_2": "is_flash_attn_2_available", "flash_attention_3": "is_flash_attn_3_available"}
     available = getattr(import_utils, check[attn], lambda: False)()
     return None if available else f"{attn} is not installed"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def set_variant(model: torch.nn.Module, variant: str) -> None:
@@ -97,7 +93,7 @@ def _profile_run(model: torch.nn.Module, spec: Any, timer: ComponentTimer, meta:
             forward(batch)
         if step == 0:
             flops = counted
-        _sync(device)
+        synchronize(device)
         timer.detach_calls()
     assert flops is not None
     processor_ms, h2d_ms, forward_ms, exclusive, inclusive, calls = [], [], [], [], [], {}
@@ -107,7 +103,7 @@ def _profile_run(model: torch.nn.Module, spec: Any, timer: ComponentTimer, meta:
         processor_ms.append((time.perf_counter() - start) * 1e3)
         start = time.perf_counter()
         batch = _to_device(cpu_batch, device)
-        _sync(device)
+        synchronize(device)
         h2d_ms.append((time.perf_counter() - start) * 1e3)
         forward(batch)
         times = timer.detach_calls()
@@ -139,7 +135,7 @@ def _trace(forward: Any, batch: dict[str, torch.Tensor], timer: ComponentTimer, 
     try:
         with profile(activities=activities, record_shapes=True) as prof:
             forward(batch)
-            _sync(device)
+            synchronize(device)
     finally:
         timer.label_ranges = False
         timer.detach_calls()

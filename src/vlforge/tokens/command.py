@@ -1,4 +1,5 @@
-"""Glue between the ``vlforge tokens`` CLI and the job modules: parse lists, print, pick the exit code.
+"""``vlforge tokens audit | scan | fix`` as :class:`~vlforge.command.Job` s: each command's flags as one options
+model, checked before torch loads; the run; the tables or JSON; the exit code.
 
 Example:
     vlforge tokens scan --model ./gemma-3-270m --top 20
@@ -10,20 +11,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-import typer
-from rich.console import Console
+from pydantic import Field
 
-from vlforge.cli_args import build_options
+from vlforge.command import Job, always_ok
 from vlforge.errors import ConfigError
+from vlforge.options import build_options
 from vlforge.outputs import atomic_write_text, check_output_file
-from vlforge.tables import report_console
-from vlforge.tokens.thresholds import check_thresholds
-
-
-def _console() -> Console:
-    """The stdout console (its tables print whole in logs and pipes: :func:`vlforge.tables.print_table`)."""
-    return report_console()
+from vlforge.strict import StrictModel
+from vlforge.vocab.thresholds import check_thresholds
 
 
 def resolve_model(model: Path | str | None) -> Path | None:
@@ -101,37 +98,6 @@ def key_values(values: list[str] | None, option: str, *, numbers: bool = False) 
     return out
 
 
-def audit_command(*, model: Path | None, tokenizer: Path | None, tags: list[str] | None, template: Path | None,
-                  model_template: bool, template_vars: list[str] | None, reward_regex: str | None,
-                  fmt: str | None, reference_ids: list[str] | None, thresholds: list[str] | None, verify: bool,
-                  verify_dtype: str, rewrite_out: Path | None, json_output: bool) -> int:
-    """Run the audit, print it (table or JSON) and return the exit code."""
-    check_paths(model=model, tokenizer=tokenizer, template=template)
-    if rewrite_out is not None:
-        check_output_file(rewrite_out, flag="--rewrite-out")
-    th = check_thresholds(key_values(thresholds, "--threshold", numbers=True))
-    from vlforge.tokens.audit import AuditOptions, run_audit
-    from vlforge.tokens.render import print_audit
-
-    opts = build_options(
-        AuditOptions, model=resolve_model(model), tokenizer=tokenizer, tags=split_list(tags), template=template, model_template=model_template,
-        template_vars=key_values(template_vars, "--template-var"), reward_regex=reward_regex, format=fmt,
-        reference_ids=int_list(reference_ids, "--reference-ids"), thresholds=th, verify=verify,
-        verify_dtype=verify_dtype,
-    )
-    report = run_audit(opts)
-    if rewrite_out is not None:
-        text = report.rewritten.template or report.rewritten.regex or report.rewritten.format_regex
-        if text is None:
-            raise ConfigError("--rewrite-out: nothing was rewritten (no problem tag with a checked alternative)")
-        atomic_write_text(rewrite_out, text, writer="tokens audit")
-    if json_output:
-        typer.echo(report.model_dump_json(indent=1))
-    else:
-        print_audit(report, _console())
-    return report.exit_code
-
-
 def refuse_non_causal(model: Path) -> None:
     """``--verify`` needs a model that generates text: an encoder's config is one line naming the file."""
     path = model / "config.json"
@@ -144,49 +110,156 @@ def refuse_non_causal(model: Path) -> None:
                           "needs a model that generates text")
 
 
-def scan_command(*, model: Path, tokenizer: Path | None, top: int | None, reference_ids: list[str] | None,
-                 thresholds: list[str] | None, verify: bool, verify_dtype: str, verify_batch: int,
-                 verify_max: int, json_output: bool) -> int:
-    """Scan the whole vocabulary, print it (table or JSON) and return 0 (2 for bad input, raised)."""
-    check_paths(model=model, tokenizer=tokenizer)
+class AuditRequest(StrictModel):
+    """``vlforge tokens audit``'s flags (lists as given: repeatable, comma-separated)."""
+
+    unknown_label = "option"
+    model: Path | None = None
+    tokenizer: Path | None = None
+    tags: list[str] = Field(default_factory=list)
+    template: Path | None = None
+    model_template: bool = False
+    template_vars: list[str] = Field(default_factory=list)
+    reward_regex: str | None = None
+    fmt: str | None = None
+    reference_ids: list[str] = Field(default_factory=list)
+    thresholds: list[str] = Field(default_factory=list)
+    verify: bool = False
+    verify_dtype: str = "float32"
+    rewrite_out: Path | None = None
+
+
+def check_audit(request: AuditRequest) -> None:
+    check_paths(model=request.model, tokenizer=request.tokenizer, template=request.template)
+    if request.rewrite_out is not None:
+        check_output_file(request.rewrite_out, flag="--rewrite-out")
+    check_thresholds(key_values(request.thresholds, "--threshold", numbers=True))
+    int_list(request.reference_ids, "--reference-ids")
+    key_values(request.template_vars, "--template-var")
+
+
+def run_audit_request(request: AuditRequest) -> Any:
+    from vlforge.vocab.audit import AuditOptions, run_audit
+
+    options = build_options(
+        AuditOptions, model=resolve_model(request.model), tokenizer=request.tokenizer, tags=split_list(request.tags),
+        template=request.template, model_template=request.model_template,
+        template_vars=key_values(request.template_vars, "--template-var"), reward_regex=request.reward_regex,
+        format=request.fmt, reference_ids=int_list(request.reference_ids, "--reference-ids"),
+        thresholds=check_thresholds(key_values(request.thresholds, "--threshold", numbers=True)),
+        verify=request.verify, verify_dtype=request.verify_dtype,
+    )
+    report = run_audit(options)
+    if request.rewrite_out is not None:
+        text = report.rewritten.template or report.rewritten.regex or report.rewritten.format_regex
+        if text is None:
+            raise ConfigError("--rewrite-out: nothing was rewritten (no problem tag with a checked alternative)")
+        atomic_write_text(request.rewrite_out, text, writer="tokens audit")
+    return report
+
+
+def _print_audit(request: AuditRequest, report: Any, console: Any) -> None:
+    from vlforge.tokens.render import print_audit
+
+    print_audit(report, console)
+
+
+AUDIT: Job[AuditRequest, Any] = Job(
+    check=check_audit, run=run_audit_request, render=_print_audit,
+    to_json=lambda report: report.model_dump_json(indent=1), exit_code=lambda report: report.exit_code,
+)
+
+
+class ScanRequest(StrictModel):
+    """``vlforge tokens scan``'s flags."""
+
+    unknown_label = "option"
+    model: Path
+    tokenizer: Path | None = None
+    top: int | None = None
+    reference_ids: list[str] = Field(default_factory=list)
+    thresholds: list[str] = Field(default_factory=list)
+    verify: bool = False
+    verify_dtype: str = "float32"
+    verify_batch: int = 32
+    verify_max: int = 512
+
+
+def check_scan(request: ScanRequest) -> None:
     from vlforge.models.refs import dtype_name
 
-    if top is not None and top <= 0:
-        raise ConfigError(f"--top {top}: must be a positive number of ids")
-    for flag, value in (("--verify-batch", verify_batch), ("--verify-max", verify_max)):
+    check_paths(model=request.model, tokenizer=request.tokenizer)
+    if request.top is not None and request.top <= 0:
+        raise ConfigError(f"--top {request.top}: must be a positive number of ids")
+    for flag, value in (("--verify-batch", request.verify_batch), ("--verify-max", request.verify_max)):
         if value <= 0:
             raise ConfigError(f"{flag} {value}: must be positive")
-    dtype = dtype_name(verify_dtype)
-    th = check_thresholds(key_values(thresholds, "--threshold", numbers=True))
-    ref_ids = int_list(reference_ids, "--reference-ids")
-    if verify and (Path(model) / "config.json").is_file():
-        refuse_non_causal(Path(model))
-    resolved = resolve_model(model)
-    from vlforge.tokens.render import print_scan
+    dtype_name(request.verify_dtype)
+    check_thresholds(key_values(request.thresholds, "--threshold", numbers=True))
+    int_list(request.reference_ids, "--reference-ids")
+    if request.verify and (Path(request.model) / "config.json").is_file():
+        refuse_non_causal(Path(request.model))
+
+
+def run_scan_request(request: ScanRequest) -> Any:
+    from vlforge.models.refs import dtype_name
     from vlforge.tokens.scan import ScanOptions, run_scan
 
-    report = run_scan(build_options(
-        ScanOptions, model=resolved, tokenizer=tokenizer, top=top, reference_ids=ref_ids, thresholds=th,
-        verify=verify, verify_dtype=dtype, verify_batch=verify_batch, verify_max=verify_max))
-    if json_output:
-        typer.echo(report.model_dump_json(indent=1))
-    else:
-        print_scan(report, _console())
-    return 0
+    return run_scan(build_options(
+        ScanOptions, model=resolve_model(request.model), tokenizer=request.tokenizer, top=request.top,
+        reference_ids=int_list(request.reference_ids, "--reference-ids"),
+        thresholds=check_thresholds(key_values(request.thresholds, "--threshold", numbers=True)),
+        verify=request.verify, verify_dtype=dtype_name(request.verify_dtype), verify_batch=request.verify_batch,
+        verify_max=request.verify_max))
 
 
-def fix_command(*, model: Path, out: Path, strategy: str, ids: list[str] | None, tags: list[str] | None,
-                seed: int, noise: float, trainable_rows: Path | None, json_output: bool) -> int:
-    """Write the repaired checkpoint and print which rows changed."""
-    check_paths(model=model)
+def _print_scan(request: ScanRequest, report: Any, console: Any) -> None:
+    from vlforge.tokens.render import print_scan
+
+    print_scan(report, console)
+
+
+SCAN: Job[ScanRequest, Any] = Job(
+    check=check_scan, run=run_scan_request, render=_print_scan,
+    to_json=lambda report: report.model_dump_json(indent=1), exit_code=always_ok,
+)
+
+
+class FixRequest(StrictModel):
+    """``vlforge tokens fix``'s flags."""
+
+    unknown_label = "option"
+    model: Path
+    out: Path
+    strategy: str = "mean-of-pieces"
+    ids: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    seed: int = 0
+    noise: float = 0.02
+    trainable_rows: Path | None = None
+
+
+def check_fix(request: FixRequest) -> None:
+    check_paths(model=request.model)
+    int_list(request.ids, "--ids")
+
+
+def run_fix_request(request: FixRequest) -> Any:
     from vlforge.tokens.fix import FixOptions, fix_checkpoint
+
+    return fix_checkpoint(build_options(
+        FixOptions, model=resolve_model(request.model), out=request.out, strategy=request.strategy,
+        ids=int_list(request.ids, "--ids"), tags=split_list(request.tags), seed=request.seed, noise=request.noise,
+        trainable_rows=request.trainable_rows))
+
+
+def _print_fix(request: FixRequest, report: Any, console: Any) -> None:
     from vlforge.tokens.render import print_fix
 
-    report = fix_checkpoint(build_options(
-        FixOptions, model=resolve_model(model), out=out, strategy=strategy, ids=int_list(ids, "--ids"),
-        tags=split_list(tags), seed=seed, noise=noise, trainable_rows=trainable_rows))
-    if json_output:
-        typer.echo(report.model_dump_json(indent=1))
-    else:
-        print_fix(report, _console())
-    return 0
+    print_fix(report, console)
+
+
+FIX: Job[FixRequest, Any] = Job(
+    check=check_fix, run=run_fix_request, render=_print_fix,
+    to_json=lambda report: report.model_dump_json(indent=1), exit_code=always_ok,
+)

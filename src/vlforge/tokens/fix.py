@@ -38,10 +38,10 @@ from vlforge.outputs import (
     staged_dir,
 )
 from vlforge.strict import StrictModel
-from vlforge.tokens import detect as det
-from vlforge.tokens.reference import detect_for
-from vlforge.tokens.tokenizer import added_tokens, load_tokenizer, plain_pieces
-from vlforge.tokens.weights import Embeddings, MatrixSource, open_embeddings
+from vlforge.vocab import detect as det
+from vlforge.vocab.reference import detect_for
+from vlforge.vocab.tokenizer import added_tokens, load_tokenizer, plain_pieces
+from vlforge.vocab.weights import Embeddings, MatrixSource, open_embeddings
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def _targets(opts: FixOptions, tok, stats: det.WeightStats) -> list[int]:
             raise ConfigError(f"--ids {bad}: outside the embedding rows [0, {stats.vocab_rows})")
         return sorted(set(opts.ids))
     if opts.tags:
-        from vlforge.tokens.audit import AuditOptions, run_audit
+        from vlforge.vocab.audit import AuditOptions, run_audit
 
         report = run_audit(AuditOptions(model=opts.model, tags=opts.tags, reference_ids=opts.reference_ids,
                                         thresholds=opts.thresholds, chunk_rows=opts.chunk_rows))

@@ -13,9 +13,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from vlforge.tables import print_table
-from vlforge.tokens.audit import AuditReport, WeightsSummary
 from vlforge.tokens.fix import FixReport
 from vlforge.tokens.scan import ScanReport
+from vlforge.vocab.audit import AuditReport, WeightsSummary
 
 STYLE = {"untrained": "bold red", "weak": "yellow", "trained": "green", "unknown": "dim"}
 

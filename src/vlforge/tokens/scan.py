@@ -1,8 +1,8 @@
 """``vlforge tokens scan``: every vocabulary id of a checkpoint scored and given a verdict.
 
-The weights are read in row blocks (:mod:`vlforge.tokens.weights`), scored against the automatic
-reference set and cut where the model's own score distribution says (:mod:`vlforge.tokens.detect`).
-``--verify`` adds the repeat-prompt check of the flagged ids for causal LMs (:mod:`vlforge.tokens.verify`).
+The weights are read in row blocks (:mod:`vlforge.vocab.weights`), scored against the automatic
+reference set and cut where the model's own score distribution says (:mod:`vlforge.vocab.detect`).
+``--verify`` adds the repeat-prompt check of the flagged ids for causal LMs (:mod:`vlforge.vocab.verify`).
 
 Example:
     >>> from vlforge.tokens.scan import ScanOptions, run_scan
@@ -22,9 +22,9 @@ from pydantic import BaseModel, Field
 
 from vlforge.errors import ModelLoadError
 from vlforge.strict import StrictModel
-from vlforge.tokens import detect as det
-from vlforge.tokens.audit import Verdict, WeightsSummary, weights_summary
-from vlforge.tokens.verify import MIN_PROB
+from vlforge.vocab import detect as det
+from vlforge.vocab.audit import Verdict, WeightsSummary, weights_summary
+from vlforge.vocab.verify import MIN_PROB
 
 log = logging.getLogger(__name__)
 
@@ -89,9 +89,9 @@ def check_vocab(model: Path, tok, emb) -> None:
 
 def run_scan(opts: ScanOptions) -> ScanReport:
     """Score the whole vocabulary of ``opts.model`` (see the module docstring)."""
-    from vlforge.tokens.reference import detect_for
-    from vlforge.tokens.tokenizer import load_tokenizer
-    from vlforge.tokens.weights import open_embeddings
+    from vlforge.vocab.reference import detect_for
+    from vlforge.vocab.tokenizer import load_tokenizer
+    from vlforge.vocab.weights import open_embeddings
 
     t0 = time.perf_counter()
     emb = open_embeddings(opts.model)
@@ -147,7 +147,7 @@ def run_scan(opts: ScanOptions) -> ScanReport:
 
 def _verify(opts: ScanOptions, records: list[ScanRecord], notes: list[str]) -> int:
     """Repeat-prompt probabilities of the flagged ids (the first ``verify_max``), in place."""
-    from vlforge.tokens.verify import repeat_probabilities
+    from vlforge.vocab.verify import repeat_probabilities
 
     want = records[: opts.verify_max]
     if len(records) > len(want):

@@ -1,10 +1,11 @@
-"""vlforge's training engine: typed config (schema, LMMS Engine layouts, overrides, ``vlforge validate``)
-and the FSDP2 trainer (``vlforge.train.trainer.run``, ``vlforge train``, ``torchrun -m vlforge.train``).
+"""vlforge's training engine: the FSDP2 trainer (``vlforge train``, ``torchrun -m vlforge.train``).
+
+Its config (schema, LMMS Engine layouts, overrides, checks) is :mod:`vlforge.config`.
 
 Example:
-    >>> from vlforge.train import TrainConfig, load_config
-    >>> TrainConfig.model_fields["sp_ulysses_degree"].default
-    1
+    >>> from vlforge.train import run
+    >>> run.__name__
+    'run'
 """
 
 from vlforge.lazy import lazy_exports
@@ -12,13 +13,10 @@ from vlforge.lazy import lazy_exports
 # Public names, imported from their module on first use (see vlforge.lazy): importing one light
 # submodule of this package never loads the heavy ones.
 _EXPORTS = {
-    "ResolvedConfig": "vlforge.train.config",
-    "load_config": "vlforge.train.config",
-    "resolve_config": "vlforge.train.config",
-    "ConfigValidationError": "vlforge.train.problems",
-    "Problem": "vlforge.train.problems",
-    "TrainConfig": "vlforge.train.schema",
+    "RunResult": "vlforge.train.trainer",
+    "Trainer": "vlforge.train.trainer",
+    "run": "vlforge.train.trainer",
 }
 lazy_exports(__name__, _EXPORTS)
 
-__all__ = ["ConfigValidationError", "Problem", "ResolvedConfig", "TrainConfig", "load_config", "resolve_config"]
+__all__ = ["RunResult", "Trainer", "run"]

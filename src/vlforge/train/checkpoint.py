@@ -35,8 +35,8 @@ from typing import Any
 import torch
 
 from vlforge import outputs
+from vlforge.dist import DistContext
 from vlforge.errors import ConfigError
-from vlforge.train.dist import DistContext
 
 logger = logging.getLogger(__name__)
 

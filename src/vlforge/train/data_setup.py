@@ -3,72 +3,20 @@
 Relative paths are relative to the working directory (``base_dir``), dataset-YAML entries relative to
 their YAML. Length limit: ``packing.max_length``, else ``packing.packing_length`` when
 ``filter_overlong`` is on (the guide's Qwen3-VL config filters at ``packing_length`` with packing off).
-
-Example:
-    >>> from vlforge.train.schema import TrainConfig
-    >>> cfg = TrainConfig(data={"dataset_path": "d.yaml"}, model={"load_from_pretrained_path": "tiny:qwen3_vl"},
-    ...                   packing={"packing": True, "packing_length": 512}, training={"max_steps": 4, "seed": 3})
-    >>> dc = data_config(cfg)
-    >>> dc.datasets, dc.packing_length, dc.epochs, dc.seed
-    ('d.yaml', 512, None, 3)
 """
 
 from __future__ import annotations
 
 import logging
-import math
-from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
+from vlforge.config.schema import TrainConfig
 from vlforge.data.config import DataConfig
-from vlforge.train.schema import DATASET_LIST_SUFFIXES, TrainConfig
 
 if TYPE_CHECKING:  # the pipeline itself (torch, PIL, PyAV) loads when a stream opens, not with the config
     from vlforge.data import DataStream, ResumableLoader
 
 logger = logging.getLogger(__name__)
-
-
-def _datasets(path: str, fmt: str | None) -> str | list[dict[str, Any]]:
-    if fmt == "yaml" or (fmt is None and PurePath(path).suffix.lower() in DATASET_LIST_SUFFIXES):
-        return path
-    return [{"path": path, "data_type": fmt}]
-
-
-def data_config(cfg: TrainConfig, *, eval_set: bool = False) -> DataConfig:
-    """The pipeline config of the training (or, with ``eval_set``, the eval) data."""
-    data, packing, video, proc = cfg.data, cfg.packing, cfg.video, cfg.processor
-    if eval_set:
-        datasets: Any = _datasets(data.eval_dataset_path, None)
-        epochs: int | None = 1
-    elif data.datasets is not None:
-        datasets = [entry.model_dump() for entry in data.datasets]
-        epochs = None if cfg.training.max_steps else math.ceil(cfg.training.num_train_epochs)
-    else:
-        datasets = _datasets(data.dataset_path, data.dataset_format)
-        epochs = None if cfg.training.max_steps else math.ceil(cfg.training.num_train_epochs)
-    limit = packing.max_length
-    if limit is None and packing.filter_overlong:
-        limit = packing.packing_length
-    kwargs: dict[str, Any] = {
-        "datasets": datasets, "on_error": data.on_error, "allow_path_escape": data.allow_path_escape,
-        "label_mode": data.label_mode, "shuffle": data.shuffle and not eval_set,
-        "shuffle_buffer": data.shuffle_buffer, "shuffle_block": data.shuffle_block,
-        "seed": cfg.training.seed if data.seed is None else data.seed, "epochs": epochs, "packing": packing.packing,
-        "packing_strategy": packing.packing_strategy, "filter_overlong": packing.filter_overlong,
-        "max_length": limit, "batch_size": cfg.training.per_device_train_batch_size,
-        "group_by_length": packing.group_by_length, "video_sampling_strategy": video.video_sampling_strategy,
-        "fps": video.fps, "frame_num": video.frame_num,
-    }
-    if packing.packing_length is not None:
-        kwargs["packing_length"] = packing.packing_length
-    for key in ("video_min_frames", "video_max_frames", "video_min_pixels", "video_max_pixels"):
-        if getattr(video, key) is not None:
-            kwargs[key] = getattr(video, key)
-    for key in ("min_pixels", "max_pixels"):
-        if getattr(proc, key) is not None:
-            kwargs[key] = getattr(proc, key)
-    return DataConfig(**kwargs)
 
 
 def processor_for(cfg: TrainConfig, loaded: Any, data_cfg: DataConfig):

@@ -20,10 +20,14 @@ Example (CPU, seconds):
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from vlforge.command import Job, always_ok
 from vlforge.errors import ConfigError
 from vlforge.outputs import check_output_dir, staged_dir
 from vlforge.train.checkpoint import STATE_FILE, WEIGHTS_DIR, quiet_single_process, read_state
@@ -61,8 +65,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
     model = loaded.model
     lora = (state.get("config") or {}).get("model", {}).get("lora")
     if lora is not None:
-        from vlforge.train.model_setup import apply_lora
-        from vlforge.train.schema import LoraConfig
+        from vlforge.config.schema import LoraConfig
+        from vlforge.models.adapters import apply_lora
 
         model = apply_lora(model, LoraConfig.model_validate(lora))
     weights = get_model_state_dict(model)
@@ -95,3 +99,30 @@ def _weights_bytes(checkpoint: Path) -> int:
     """About the export's size: a third of the checkpoint's DCP bytes (fp32 weights + AdamW's two moments)."""
     weights = checkpoint / WEIGHTS_DIR
     return sum(f.stat().st_size for f in weights.rglob("*") if f.is_file()) // 3 if weights.is_dir() else 0
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """``vlforge export CHECKPOINT OUT [--source MODEL]``."""
+
+    checkpoint: Path
+    out: Path
+    source: str | None = None
+
+
+def _check_request(request: ExportRequest) -> None:
+    from vlforge.outputs import check_output_dir
+
+    if not (Path(request.checkpoint) / "trainer_state.json").is_file():
+        raise ConfigError(f"{request.checkpoint}: not a training checkpoint (no trainer_state.json)")
+    check_output_dir(Path(request.out), flag="OUT", mode="new")
+
+
+def _print_export(request: ExportRequest, path: Path, console: Any) -> None:
+    console.print(f"exported {request.checkpoint} -> {path}", highlight=False, soft_wrap=True)
+
+
+JOB: Job[ExportRequest, Path] = Job(
+    check=_check_request, run=lambda request: export_checkpoint(request.checkpoint, request.out, source=request.source),
+    render=_print_export, to_json=lambda path: json.dumps({"export_dir": str(path)}), exit_code=always_ok,
+)

@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vlforge.config.preflight import METRICS_FILE
 from vlforge.errors import ConfigError
 from vlforge.outputs import atomic_write_text, record
 
 logger = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
 WANDB_RUN_ID_FILE = "vlforge-run-id"  # under output_dir/wandb: the run a resume rewinds and continues

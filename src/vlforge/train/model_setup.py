@@ -9,34 +9,23 @@ with ``fsdp.param_dtype: float16``), reduces gradients in ``fsdp.reduce_dtype`` 
 ``fsdp.hsdp_shard_size: N`` the mesh is ``(world / N, N)``: sharded within groups of N ranks, replicated
 across them (HSDP). In one process there is no sharding; a compute dtype below the master weights' runs
 under ``torch.autocast`` and ``output_dtype`` is a forward hook on the same units.
-
-Example:
-    >>> from vlforge.train.model_setup import freeze
-    >>> import torch
-    >>> net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
-    >>> freeze(net, ["0"])  # weight 2x2 + bias 2
-    6
-    >>> freeze(net, ["2"])
-    Traceback (most recent call last):
-    ...
-    vlforge.errors.ConfigError: model.freeze_modules: '2' matches no module of Sequential; top-level modules: 0, 1
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from vlforge.config.preflight import check_supported
+from vlforge.config.schema import TrainConfig
+from vlforge.dist import DistContext
 from vlforge.errors import ConfigError
-from vlforge.train.dist import DistContext
-from vlforge.train.module_names import resolve_layer_classes, resolve_lora_targets, resolve_modules
-from vlforge.train.preflight import PEFT_MISSING, check_supported
-from vlforge.train.schema import TrainConfig
+from vlforge.models.adapters import apply_lora, freeze
+from vlforge.models.module_names import resolve_layer_classes
 
 logger = logging.getLogger(__name__)
 
@@ -59,28 +48,6 @@ class TrainModel:
         return contextlib.nullcontext()
 
 
-def freeze(model: torch.nn.Module, names: list[str]) -> int:
-    """Set ``requires_grad=False`` under each configured module name; returns the parameters frozen.
-
-    Names resolve as LMMS Engine configs write them (``visual`` -> ``model.visual``; see
-    :mod:`vlforge.train.module_names`); each resolution is logged.
-    """
-    frozen = 0
-    for item in resolve_modules(model, names, key="model.freeze_modules"):
-        path = item.paths[0]
-        params = {id(p) for p in model.get_submodule(path).parameters()}
-        tied = sorted(name for name, p in model.named_parameters(remove_duplicate=False)
-                      if id(p) in params and not name.startswith(path + "."))
-        if tied:
-            logger.warning("model.freeze_modules: %r shares weights with %s (tied); they are frozen too",
-                           item.name, ", ".join(tied))
-        for param in model.get_submodule(path).parameters():
-            if param.requires_grad:
-                param.requires_grad_(False)
-                frozen += param.numel()
-    return frozen
-
-
 def layer_classes(model: torch.nn.Module, names: list[str] | None) -> set[type]:
     """Module classes to shard as units: ``names`` (resolved by :func:`resolve_layer_classes`) or the model's
     ``_no_split_modules``."""
@@ -96,28 +63,10 @@ def layer_classes(model: torch.nn.Module, names: list[str] | None) -> set[type]:
     return {found[name] for name in wanted if name in found}
 
 
-def apply_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
-    """Wrap ``model`` in a peft ``PeftModel`` with adapters per ``lora`` (a ``model.lora`` section).
-
-    Only the adapter weights stay trainable; the base weights are frozen by peft.
-    """
-    if importlib.util.find_spec("peft") is None:
-        raise ConfigError(PEFT_MISSING)
-    from peft import LoraConfig, get_peft_model
-
-    targets = resolve_lora_targets(model, lora.target_modules)
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, target_modules=targets, lora_dropout=lora.dropout)
-    try:
-        return get_peft_model(model, config)
-    except ValueError as error:  # e.g. no module matches target_modules
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"model.lora.target_modules {list(lora.target_modules)}: {first}") from error
-
-
 def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
     """Load and prepare the model of ``cfg`` on this process's device (see the module docstring)."""
     import vlforge
-    from vlforge.doctor.guard import guard
+    from vlforge.diagnosis.guard import guard
     from vlforge.models.load import load
 
     check_supported(cfg)

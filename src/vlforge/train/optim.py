@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
-from vlforge.train.schema import TrainingConfig
+from vlforge.config.schema import TrainingConfig
 
 logger = logging.getLogger(__name__)
 

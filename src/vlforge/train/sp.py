@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,13 +44,12 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 from vlforge.errors import ConfigError
+from vlforge.models.module_names import vision_tower
 
 logger = logging.getLogger(__name__)
 
 #: Name under which :func:`ulysses_attention` is registered with transformers' attention interface.
 ATTENTION_NAME = "vlforge_ulysses"
-#: Model families (``config.model_type``) whose text decoder and input routing are implemented.
-SUPPORTED_FAMILIES = ("qwen3_vl", "qwen2_5_vl", "qwen2_vl", "glm4v")
 
 
 @dataclass
@@ -208,10 +208,9 @@ def _split_tower(state: SequenceParallel, tower: torch.nn.Module, width: int) ->
             from transformers.modeling_outputs import BaseModelOutputWithPooling
 
             return BaseModelOutputWithPooling(pooler_output=features)
-        from transformers.models.qwen3_vl.modeling_qwen3_vl import BaseModelOutputWithDeepstackFeatures
-
+        output_class = vars(sys.modules[type(tower).__module__])["BaseModelOutputWithDeepstackFeatures"]
         parts = features.split(width, dim=-1)
-        return BaseModelOutputWithDeepstackFeatures(pooler_output=parts[0], deepstack_features=list(parts[1:]))
+        return output_class(pooler_output=parts[0], deepstack_features=list(parts[1:]))
 
     tower.forward = forward
 
@@ -261,13 +260,6 @@ def register_attention() -> None:
 
 
 # -- set-up ---------------------------------------------------------------------------------------
-def check_world(degree: int, world_size: int) -> None:
-    """The degree must divide the number of processes."""
-    if degree > 1 and world_size % degree:
-        raise ConfigError(f"sp_ulysses_degree: {degree} does not divide the {world_size} process(es) of this run; "
-                          f"launch a multiple of {degree} processes (torchrun --nproc_per_node)")
-
-
 def text_model(model: torch.nn.Module) -> torch.nn.Module:
     """The text decoder (the module holding ``layers`` and ``rotary_emb``) inside ``model``."""
     for _, module in model.named_modules():
@@ -276,25 +268,12 @@ def text_model(model: torch.nn.Module) -> torch.nn.Module:
     raise ConfigError(f"sp_ulysses_degree: no text decoder found in {type(model).__name__}")
 
 
-def check_model(model: torch.nn.Module, family: str, degree: int) -> torch.nn.Module:
-    """Refuse families and head counts Ulysses cannot split; returns the text model."""
-    if family not in SUPPORTED_FAMILIES:
-        raise ConfigError(f"sp_ulysses_degree: {degree} is not supported for model family {family!r} "
-                          f"(supported: {', '.join(SUPPORTED_FAMILIES)}); set sp_ulysses_degree: 1")
-    text = text_model(model)
-    heads = text.config.num_attention_heads
-    if heads % degree:
-        raise ConfigError(f"sp_ulysses_degree: {degree} does not divide the {heads} attention heads of the text "
-                          f"model; use a degree that divides {heads}")
-    return text
-
-
-def setup_sequence_parallel(model: torch.nn.Module, family: str, degree: int, ctx: Any) -> SequenceParallel:
-    """Build the mesh, switch the text attention to Ulysses and install the input router."""
+def setup_sequence_parallel(model: torch.nn.Module, degree: int, ctx: Any) -> SequenceParallel:
+    """Build the mesh, switch the text attention to Ulysses and install the input router (the layout was checked
+    by :func:`vlforge.config.parallel.check_sequence_parallel` at start-up)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    check_world(degree, ctx.world_size)
-    text = check_model(model, family, degree)
+    text = text_model(model)
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size // degree, degree), mesh_dim_names=("dp", "sp"))
     state = SequenceParallel(degree, mesh.get_local_rank("sp"), mesh.get_group("sp"), mesh)
     register_attention()
@@ -303,11 +282,9 @@ def setup_sequence_parallel(model: torch.nn.Module, family: str, degree: int, ct
         if hasattr(module, "q_proj") and hasattr(module, "o_proj"):
             module.vlforge_sp_group = state.group
     text.register_forward_pre_hook(lambda mod, args, kwargs: _route(state, args, kwargs), with_kwargs=True)
-    for name in ("visual", "vision_tower"):
-        tower = next((m for n, m in model.named_modules() if n.split(".")[-1] == name), None)
-        if tower is not None:
-            _split_tower(state, tower, text.config.hidden_size)
-            break
+    path = vision_tower(model)
+    if path is not None:
+        _split_tower(state, model.get_submodule(path), text.config.hidden_size)
     logger.info("sequence parallel: degree %d, mesh dp=%d x sp=%d (sp rank %d)", degree,
                 ctx.world_size // degree, degree, state.rank)
     return state

@@ -40,23 +40,23 @@ from typing import Any
 
 import torch
 
+from vlforge.config import preflight
+from vlforge.config.data import data_config
+from vlforge.config.load import load_config
+from vlforge.config.preflight import DATA_REPORT, FINAL_DIR
+from vlforge.config.schema import TrainConfig
 from vlforge.data.errors import SkipLedger, SkipWarnings, limit_error, over_limit
+from vlforge.dist import DistContext, init_distributed
 from vlforge.errors import ConfigError, DataError
 from vlforge.outputs import atomic_write_json
 from vlforge.train import checkpoint as ckpt
-from vlforge.train import preflight
-from vlforge.train.config import load_config
-from vlforge.train.data_setup import RankData, data_config, open_stream, processor_for
-from vlforge.train.dist import DistContext, init_distributed
+from vlforge.train.data_setup import RankData, open_stream, processor_for
 from vlforge.train.loss import label_count, token_loss_sum
 from vlforge.train.metrics import MetricsLogger
 from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler
-from vlforge.train.preflight import DATA_REPORT, FINAL_DIR
-from vlforge.train.schema import TrainConfig
 from vlforge.train.sp import (
     SequenceParallel,
-    check_world,
     setup_sequence_parallel,
     shard_label_count,
     sp_token_loss_sum,
@@ -188,6 +188,22 @@ class Trainer:
         self.ctx = ctx or init_distributed(device=torch.device("cpu") if cfg.training.use_cpu else None,
                                            timeout=datetime.timedelta(seconds=cfg.training.ddp_timeout))
         self.output_dir = Path(cfg.checkpointing.output_dir)
+        # Set by setup(): the model, its data, the optimiser and where the run resumes from.
+        self.ready = False
+        self.tm: TrainModel | None = None
+        self.model: torch.nn.Module | None = None
+        self.sp: SequenceParallel | None = None
+        self.data_cfg: Any = None
+        self.processor: Any = None
+        self.total = 0
+        self.epoch_steps: int | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.scheduler: Any = None
+        self.stream: RankData | None = None
+        self.step = 0
+        self.skips = (0, 0)  # samples seen, skipped: summed over data ranks as of the last step
+        self.skip_warnings = SkipWarnings("data")
+        self.resumed_from: Path | None = None
 
     # -- set-up -----------------------------------------------------------------------------------
     def check_outputs(self) -> None:
@@ -198,14 +214,13 @@ class Trainer:
         cfg, ctx = self.cfg, self.ctx
         self.check_outputs()
         seed_everything(cfg.training.seed)
-        check_world(cfg.sp_ulysses_degree, ctx.world_size)
+        self.check_layout()
         self.plan_verdict()
-        self.tm: TrainModel = prepare_model(cfg, ctx)
+        self.tm = prepare_model(cfg, ctx)
         self.model = self.tm.model
         # --- sequence parallelism (vlforge.train.sp): sp ranks of a group share the data shard ---
-        self.sp: SequenceParallel | None = None
         if cfg.sp_ulysses_degree > 1:
-            self.sp = setup_sequence_parallel(self.model, self.tm.loaded.family, cfg.sp_ulysses_degree, ctx)
+            self.sp = setup_sequence_parallel(self.model, cfg.sp_ulysses_degree, ctx)
             ctx.sp_degree = cfg.sp_ulysses_degree
         self.data_cfg = data_config(cfg)
         self.processor = processor_for(cfg, self.tm.loaded, self.data_cfg)
@@ -215,9 +230,6 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg.training, self.total)
         self.stream = RankData(self.data_cfg, self.processor, rank=ctx.data_rank, world_size=ctx.data_world,
                                workers=cfg.dataloader_num_workers, base_dir=self.base_dir)
-        self.step = 0
-        self.skips = (0, 0)  # samples seen, skipped: summed over data ranks as of the last step
-        self.skip_warnings = SkipWarnings("data")
         self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir)
         if self.resumed_from is not None:
             state, data_states = ckpt.load_checkpoint(self.resumed_from, ctx, self.model, self.optimizer,
@@ -225,12 +237,24 @@ class Trainer:
             self.step = int(state["step"])
             saved_sp = int(state.get("config", {}).get("sp_ulysses_degree", 1))
             self.stream.load_state_dict(data_states[::saved_sp])  # one state per data shard
+        self.ready = True
+
+    def check_layout(self) -> None:
+        """The parallel layout against the model's config and this run's processes, before any weight loads."""
+        degree = self.cfg.sp_ulysses_degree
+        if degree > 1:
+            from vlforge.config.parallel import check_sequence_parallel
+            from vlforge.models.load import load_model_config
+
+            model_config = load_model_config(self.cfg.model.load_from_pretrained_path)
+            check_sequence_parallel(degree, family=model_config.model_type, world=self.ctx.world_size,
+                                    heads=model_config.get_text_config().num_attention_heads)
 
     def plan_verdict(self) -> None:
         """Log the memory plan's one-line verdict (a warning when the estimate exceeds the free memory here)."""
         if not self.ctx.is_main or not self.cfg.model.memory_plan:
             return
-        from vlforge.plan.report import startup_verdict
+        from vlforge.memory.verdict import startup_verdict
 
         cuda = [self.ctx.device] if self.ctx.device.type == "cuda" else []
         try:
@@ -392,7 +416,7 @@ class Trainer:
 
     def train(self) -> RunResult:
         cfg, ctx = self.cfg, self.ctx
-        if not hasattr(self, "stream"):
+        if not self.ready:
             self.setup()
         result = RunResult(self.output_dir, self.step, resumed_from=self.resumed_from)
         log_every = cfg.logging.logging_steps

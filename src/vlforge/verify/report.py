@@ -9,16 +9,19 @@ Example:
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from vlforge.strict import StrictModel
 from vlforge.tables import print_table
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Strict(StrictModel):
+    """Report fields: unknown keys are errors when a report is read back; measured values may be inf."""
+
+    model_config = ConfigDict(allow_inf_nan=True)
 
 
 class LayerResult(_Strict):

@@ -1,0 +1,109 @@
+"""The ``vlforge validate`` job: check a training config and describe the result for people or machines.
+
+Example:
+    >>> from vlforge.config.validate import check
+    >>> report = check("/nonexistent.yaml", [])
+    >>> report.ok, report.error_lines()
+    (False, ['/nonexistent.yaml: config file not found'])
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vlforge.command import Job
+from vlforge.config.load import ResolvedConfig, dump_problems, resolve_config
+from vlforge.config.problems import ConfigValidationError, Problem
+from vlforge.errors import ExitCode
+
+
+@dataclass
+class ValidateReport:
+    """Outcome of validating one config: the resolved config and warnings, or the problems."""
+
+    file: str
+    resolved: ResolvedConfig | None = None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.resolved is not None
+
+    def error_lines(self) -> list[str]:
+        """One line per problem: ``file[:line]: key.path: message``."""
+        return [str(problem) for problem in self.problems]
+
+    def to_yaml_text(self) -> str:
+        """The resolved native config as YAML, preceded by comments with the layout and every warning."""
+        assert self.resolved is not None
+        head = [f"# {self.file}: valid ({self.resolved.layout} layout); resolved vlforge config:"]
+        head += [f"# warning: {warning}" for warning in self.resolved.warnings]
+        return "\n".join(head) + "\n" + self.resolved.config.to_yaml()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``ok``, ``file``, and ``layout``/``warnings``/``config`` or ``errors``."""
+        if self.resolved is None:
+            return {"ok": False, "file": self.file, "errors": dump_problems(self.problems)}
+        return {
+            "ok": True,
+            "file": self.file,
+            "layout": self.resolved.layout,
+            "warnings": list(self.resolved.warnings),
+            "config": self.resolved.config.model_dump(mode="json"),
+        }
+
+
+def check(path: str | Path, overrides: Iterable[str] = ()) -> ValidateReport:
+    """Validate ``path`` with ``overrides``; never raises for a bad config (the report holds the problems).
+
+    Settings ``vlforge train`` refuses on this machine (``model.lora`` without peft, ``training.fp16``)
+    are problems here too, with train's message, so validate and train agree; so is every data file,
+    dataset YAML or media folder that does not exist (relative to the working directory).
+    """
+    try:
+        resolved = resolve_config(path, overrides)
+    except ConfigValidationError as error:
+        return ValidateReport(str(path), problems=error.problems)
+    from vlforge.config.preflight import check_supported
+    from vlforge.errors import ConfigError
+
+    try:
+        check_supported(resolved.config)
+    except ConfigError as error:
+        return ValidateReport(str(path), problems=[Problem(resolved.origin, None, "", str(error))])
+    from vlforge.config.data_check import data_file_problems
+
+    problems = data_file_problems(resolved.config, resolved.origin)
+    if problems:
+        return ValidateReport(str(path), problems=problems)
+    return ValidateReport(str(path), resolved=resolved)
+
+
+@dataclass(frozen=True)
+class ValidateRun:
+    """``vlforge validate CONFIG [key=value ...]``."""
+
+    config: Path
+    overrides: tuple[str, ...] = ()
+
+
+def _render(run: ValidateRun, report: ValidateReport, console: Any) -> None:
+    """The resolved YAML on stdout (written as it is: no markup), or one ``error:`` line per problem on stderr."""
+    if report.ok:
+        console.file.write(report.to_yaml_text())
+        console.file.flush()
+        return
+    for line in report.error_lines():
+        sys.stderr.write(f"error: {line}\n")
+
+
+JOB: Job[ValidateRun, ValidateReport] = Job(
+    check=lambda run: None, run=lambda run: check(run.config, run.overrides), render=_render,
+    to_json=lambda report: json.dumps(report.to_dict(), indent=2),
+    exit_code=lambda report: ExitCode.OK if report.ok else ExitCode.BAD_INPUT,
+)

@@ -1,0 +1,49 @@
+"""``vlforge extract`` as a :class:`~vlforge.command.Job`: every check before torch, the extraction (works under
+torchrun), its JSON summary.
+
+Example (CPU, seconds):
+    vlforge extract --model tiny:qwen3_vl --data examples/data/dataset.yaml --out /tmp/features
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vlforge.command import Job, always_ok
+from vlforge.extract.options import ExtractOptions
+
+if TYPE_CHECKING:
+    from vlforge.extract.runner import ExtractSummary
+
+
+@dataclass(frozen=True)
+class ExtractRun:
+    """The options of the cache and whether this process shows a progress bar."""
+
+    options: ExtractOptions
+    progress: bool = True
+
+
+def check(run: ExtractRun) -> None:
+    """Output directory, data files and media folders, model reference, layers and features (< 1 s)."""
+    from vlforge.extract.preflight import preflight
+
+    preflight(run.options)
+
+
+def extract(run: ExtractRun) -> ExtractSummary:
+    from vlforge.extract.runner import run_extract
+
+    return run_extract(run.options, progress=run.progress)
+
+
+def render(run: ExtractRun, summary: ExtractSummary, console: Any) -> None:
+    """People read the log lines the extraction wrote; nothing more goes to stdout."""
+
+
+JOB: Job[ExtractRun, ExtractSummary] = Job(
+    check=check, run=extract, render=render, to_json=lambda summary: json.dumps(summary.to_dict(), indent=2),
+    exit_code=always_ok,
+)

@@ -1,0 +1,42 @@
+"""Turning command-line values into typed options: comma lists and pydantic errors as one line.
+
+Example:
+    >>> from vlforge.options import parse_list
+    >>> parse_list("1,4,8", cast=int, flag="--batch-sizes")
+    [1, 4, 8]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from vlforge.errors import ConfigError, VlforgeError
+
+
+def build_options(cls: type[BaseModel], **values: Any) -> Any:
+    """``cls(**values)`` with a pydantic validation error turned into one ConfigError line."""
+    try:
+        return cls(**values)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or cls.__name__
+        raise ConfigError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
+
+
+def parse_list(text: str | Sequence[str] | None, *, cast: Any = str, flag: str = "") -> list[Any]:
+    """``"1,4,8"`` -> ``[1, 4, 8]``; one clear error naming the flag for a bad item."""
+    if text is None:
+        return []
+    items = text.split(",") if isinstance(text, str) else [p for t in text for p in str(t).split(",")]
+    out = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        try:
+            out.append(cast(item))
+        except ValueError as error:
+            raise VlforgeError(f"{flag} {text!r}: {item!r} is not a valid {cast.__name__}") from error
+    return out

@@ -1,0 +1,68 @@
+"""``vlforge train`` (and ``torchrun -m vlforge.train``) as a :class:`~vlforge.command.Job`.
+
+The config is read and validated once, when the CLI builds the options (:func:`vlforge.config.validate.check`);
+the checks before work look at the output directory and the model reference; the run trains; the report is the
+summary (steps, losses, the checkpoint and export, skipped samples).
+
+Example (CPU, about a minute):
+    vlforge train examples/qwen3_vl_tiny.yaml training.max_steps=10
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vlforge.command import Job, always_ok
+
+if TYPE_CHECKING:
+    from vlforge.config.load import ResolvedConfig
+    from vlforge.train.trainer import RunResult
+
+
+@dataclass(frozen=True)
+class TrainRun:
+    """A validated config and whether this process draws a progress bar."""
+
+    resolved: ResolvedConfig
+    progress: bool = False
+
+
+def check(run: TrainRun) -> None:
+    """Output directory and model reference, before torch and the model load."""
+    from vlforge.config import preflight
+
+    preflight.check_outputs(run.resolved.config)
+    preflight.check_model(run.resolved.config)
+
+
+def train(run: TrainRun) -> RunResult:
+    from vlforge.train.trainer import run as run_training
+
+    return run_training(run.resolved.config, progress=run.progress)
+
+
+def summary(result: RunResult) -> dict[str, Any]:
+    """The run's outcome as plain data (``--json``)."""
+    return {"output_dir": str(result.output_dir), "steps": result.steps, "losses": result.losses,
+            "eval_losses": result.eval_losses, "checkpoint": str(result.checkpoint) if result.checkpoint else None,
+            "export_dir": str(result.export_dir) if result.export_dir else None,
+            "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+            "data": {k: result.data_report.get(k) for k in ("samples_seen", "skipped_total", "skipped_share",
+                                                              "skipped")}}
+
+
+def render(run: TrainRun, result: RunResult, console: Any) -> None:
+    data = result.data_report
+    skipped = (f"skipped {data['skipped_total']} of {data['samples_seen']} samples ({data['skipped_share']:.1%}: "
+               + ", ".join(f"{k}={v}" for k, v in data["skipped"].items())
+               + f"; {result.output_dir}/data_report.json)" if data.get("skipped_total") else "no sample skipped")
+    console.print(f"trained {result.steps} steps; final model: {result.export_dir}; {skipped}", highlight=False,
+                  soft_wrap=True)
+
+
+JOB: Job[TrainRun, RunResult] = Job(
+    check=check, run=train, render=render, to_json=lambda result: json.dumps(summary(result), indent=2),
+    exit_code=always_ok,
+)
