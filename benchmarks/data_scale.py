@@ -68,7 +68,7 @@ def measure_stream(data: Path, samples: int) -> dict:
 
     settings = VisionSettings.for_family("qwen3_vl", min_pixels=32 * 32, max_pixels=64 * 64)
     processor = QwenVLProcessor(qwen3_tokenizer(), settings, "qwen3_vl")
-    cfg = DataConfig(datasets=[{"path": str(data)}], packing=True, packing_length=4096, shuffle=True)
+    cfg = DataConfig(filter_overlong=True, datasets=[{"path": str(data)}], packing=True, packing_length=4096, shuffle=True)
     stream = DataStream(cfg, processor)
     tenth, seen, rss_tenth, t_tenth = samples // 10, 0, None, None
     start = time.perf_counter()

@@ -56,7 +56,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 CASES = {
-    "profile: unknown preset": (["profile", "--model", "tiny:nope"], "unknown tiny model family 'nope'"),
+    "profile: unknown preset": (["profile", "--model", "tiny:nope"], "unknown model family 'nope'"),
     "profile: truncated image": (["profile", "--model", "tiny:qwen3_vl", "--image", "cut.png"], "--image cut.png"),
     "profile: trace dir under a file": (["profile", "--model", "tiny:qwen3_vl", "--trace", "a_file/t"], "--trace"),
     "verify: missing model dir": (["verify", "--model", "./gone"], "gone does not exist"),
@@ -67,7 +67,7 @@ CASES = {
                                      "--features", "hidden_mean", "--layers", "7"], "--layers 7"),
     "extract: model without config": (["extract", "--model", ".", "--data", "good.jsonl", "--out", "c"],
                                       "no config.json"),
-    "tokens audit: unknown preset": (["tokens", "audit", "--model", "tiny:nope"], "unknown tiny model family"),
+    "tokens audit: unknown preset": (["tokens", "audit", "--model", "tiny:nope"], "unknown model family"),
     "tokens audit: missing template": (["tokens", "audit", "--model", "tiny:qwen3_vl", "--template", "g.jinja"],
                                        "--template g.jinja"),
     "tokens scan: a GGUF file": (["tokens", "scan", "--model", "w.gguf"], "w.gguf: a GGUF file"),
@@ -76,7 +76,7 @@ CASES = {
                                        "--threshold x"),
     "tokens fix: missing model": (["tokens", "fix", "--model", "./gone", "--out", "fixed"], "gone does not exist"),
     "train: missing config": (["train", "nope.yaml"], "nope.yaml"),
-    "train: unknown preset": (["train", "bad_model.yaml"], "unknown tiny model family 'nope'"),
+    "train: unknown preset": (["train", "bad_model.yaml"], "unknown model family 'nope'"),
     "train: lmms labels on qwen2_vl": (["train", "lmms_qwen2.yaml"], "label_mode"),
     "train: output under a file": (["train", "out_under_file.yaml"], "a_file"),
     "train: missing dataset": (["train", "missing_data.yaml"], "gone.jsonl"),

@@ -13,7 +13,7 @@ Example:
     ...     Options(batch_sise=2)
     ... except ValidationError as error:
     ...     print(error_line(error, Options))
-    unknown key 'batch_sise'; did you mean 'batch_size'?
+    batch_sise: unknown key; did you mean 'batch_size'?
 """
 
 from __future__ import annotations
@@ -56,16 +56,14 @@ def model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | 
 
 
 def error_line(error: ValidationError, model: type[BaseModel]) -> str:
-    """The first problem of ``error`` (raised validating ``model``) as ``key.path: message``."""
+    """The first problem of ``error`` (raised validating ``model``) as ``key.path: message`` (list items as ``[i]``)."""
     first = error.errors(include_url=False)[0]
     loc = tuple(first["loc"])
-    where = ".".join(str(part) for part in loc[:-1] if not isinstance(part, int))
+    path = ".".join(str(part) if not isinstance(part, int) else f"[{part}]" for part in loc).replace(".[", "[")
     if first["type"] == "extra_forbidden":
         owner = model_at(model, loc[:-1])
         names = set(owner.model_fields) | {f.alias for f in owner.model_fields.values() if f.alias} if owner else set()
         label = getattr(owner, "unknown_label", "key")
-        line = f"unknown {label} {str(loc[-1])!r}{did_you_mean(str(loc[-1]), sorted(names))}"
-        return f"{where}: {line}" if where else line
+        return f"{path}: unknown {label}{did_you_mean(str(loc[-1]), sorted(names))}"
     message = first["msg"].removeprefix("Value error, ")
-    path = ".".join(str(part) for part in loc)
     return f"{path}: {message}" if path else message

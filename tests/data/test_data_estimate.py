@@ -52,7 +52,7 @@ def test_padded_batches_are_exact_when_nothing_is_skipped(make_processor, tmp_pa
 
 def test_packed_rows_are_estimated_within_a_few_percent(make_processor, tmp_path):
     write_jsonl(tmp_path / "a.jsonl", _varied(600))
-    cfg = DataConfig(datasets=[{"path": "a.jsonl"}], packing=True, packing_length=400, epochs=1, seed=2)
+    cfg = DataConfig(filter_overlong=True, datasets=[{"path": "a.jsonl"}], packing=True, packing_length=400, epochs=1, seed=2)
     proc = make_processor()
     real = _real_batches(cfg, proc, tmp_path, 0, 1)
     est = estimate_batches(cfg, proc, base_dir=tmp_path, shards=[0], num_shards=1, sample=128)
@@ -74,7 +74,7 @@ def test_skips_in_the_sample_scale_the_estimate(make_processor, tmp_path):
 
 def test_the_length_sample_is_cached_by_content(make_processor, tmp_path):
     write_jsonl(tmp_path / "a.jsonl", _varied(120))
-    cfg = DataConfig(datasets=[{"path": "a.jsonl"}], packing=True, packing_length=300)
+    cfg = DataConfig(filter_overlong=True, datasets=[{"path": "a.jsonl"}], packing=True, packing_length=300)
     proc = make_processor()
     calls = []
     original = proc.process

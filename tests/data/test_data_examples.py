@@ -25,7 +25,7 @@ def test_generator_reproduces_the_committed_files(tmp_path):
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
 def test_example_dataset_streams_cleanly(make_processor, family, tmp_path):
-    cfg = DataConfig(datasets="dataset.yaml", packing=True, packing_length=1024,
+    cfg = DataConfig(filter_overlong=True, datasets="dataset.yaml", packing=True, packing_length=1024,
                      error_report=str(tmp_path / "skipped.json"))
     stream = DataStream(cfg, make_processor(family, max_pixels=96 * 64, video_max_pixels=64 * 48), base_dir=EXAMPLES)
     batches = list(stream)

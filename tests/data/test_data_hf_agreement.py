@@ -61,7 +61,7 @@ def test_glm4v_sample_equals_the_hf_processor_output(media_dir):
     hf = build_processor("glm4v", tokenizer)
     proc = QwenVLProcessor.from_hf_processor(hf, "glm4v", min_pixels=28 * 28, max_pixels=64 * 64,
                                              video_min_pixels=16 * 16, video_max_pixels=64 * 64)
-    assert proc.settings.image_processor == "glm4v"
+    assert proc.settings.image_processor == "Glm4vImageProcessorPil"
     messages = [
         {"role": "user", "content": [{"type": "image", "image": "img2.png"}, {"type": "video", "video": "clip.mp4"},
                                      {"type": "text", "text": "Describe."}]},

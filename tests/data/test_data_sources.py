@@ -10,9 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from datakit import text_records, write_jsonl
+from pydantic import ValidationError
 
-from vlforge.data import DataConfig, Mixture, open_source, read_dataset_yaml, resolve_entries
+from vlforge.data import DataConfig, Mixture, load_config, open_source, read_dataset_yaml, resolve_entries
 from vlforge.errors import ConfigError, DataError
+from vlforge.strict import error_line
 
 
 def _keys(source) -> list[str]:
@@ -109,8 +111,12 @@ def test_dataset_yaml_entries_resolve_relative_to_the_yaml(tmp_path):
     (tmp_path / "bad.yaml").write_text("- {path: a.jsonl, wieght: 2}\n")
     with pytest.raises(ConfigError, match=r"bad.yaml: datasets\[0\].wieght"):
         read_dataset_yaml(tmp_path / "bad.yaml")
-    with pytest.raises(ValueError, match="did you mean 'packing_length'"):
+    with pytest.raises(ValidationError) as raised:
         DataConfig(datasets=[], packing_lenght=5)
+    assert error_line(raised.value, DataConfig) == "packing_lenght: unknown key; did you mean 'packing_length'?"
+    (tmp_path / "cfg.yaml").write_text("datasets: mix.yaml\npacking_lenght: 5\n")
+    with pytest.raises(ConfigError, match=r"cfg.yaml: packing_lenght: unknown key; did you mean 'packing_length'\?"):
+        load_config(tmp_path / "cfg.yaml")
 
 
 def test_mixture_weights_max_samples_and_epochs(tmp_path):

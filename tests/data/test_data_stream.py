@@ -39,7 +39,7 @@ def test_on_error_skip_counts_every_reason_and_writes_the_report(make_processor,
                chat("long " * 300), chat("also fine")]
     write_jsonl(media_dir / "mixed.jsonl", records)
     report = tmp_path / "out" / "skipped.json"
-    cfg = DataConfig(datasets=[{"path": "mixed.jsonl"}], on_error="skip", error_report=str(report), max_length=200)
+    cfg = DataConfig(filter_overlong=True, datasets=[{"path": "mixed.jsonl"}], on_error="skip", error_report=str(report), max_length=200)
     stream = DataStream(cfg, make_processor(), base_dir=media_dir)
     batches = list(stream)
     assert [b["sample_ids"][0][1] for b in batches] == ["line 1", "line 7"]
@@ -92,7 +92,7 @@ def test_resume_at_arbitrary_points_yields_the_same_stream(make_processor, tmp_p
 
 
 def test_packed_rows_respect_the_budget_and_hold_whole_samples(make_processor, tmp_path):
-    cfg = DataConfig(datasets=_dataset(tmp_path), packing=True, packing_length=150)
+    cfg = DataConfig(filter_overlong=True, datasets=_dataset(tmp_path), packing=True, packing_length=150)
     proc = make_processor()
     singles = {tuple(b["sample_ids"][0]): b["input_ids"].shape[1]
                for b in DataStream(cfg.model_copy(update={"packing": False}), proc, base_dir=tmp_path)}
@@ -122,7 +122,7 @@ def test_resume_state_is_checked_against_the_shard(make_processor, tmp_path):
 
 @pytest.mark.parametrize("shuffle", [False, True])
 def test_dataloader_workers_and_ranks_shard_and_resume_exactly(make_processor, tmp_path, shuffle):
-    cfg = DataConfig(datasets=_dataset(tmp_path, n_a=20, n_b=10), packing=True, packing_length=120,
+    cfg = DataConfig(filter_overlong=True, datasets=_dataset(tmp_path, n_a=20, n_b=10), packing=True, packing_length=120,
                      packing_open_bins=2, shuffle=shuffle, shuffle_buffer=8, shuffle_block=3)
     proc = make_processor()
 
@@ -191,7 +191,7 @@ def test_parquet_with_embedded_image_bytes_and_struct_messages(make_processor, t
     table = pa.Table.from_pylist(rows)
     assert pa.types.is_struct(table.schema.field("messages").type.value_type.field("content").type.value_type)
     pq.write_table(table, tmp_path / "d.parquet", row_group_size=2)
-    cfg = DataConfig(datasets=[{"path": "d.parquet"}], on_error="skip", packing=True, packing_length=70,
+    cfg = DataConfig(filter_overlong=True, datasets=[{"path": "d.parquet"}], on_error="skip", packing=True, packing_length=70,
                      packing_open_bins=2)
     proc = make_processor()
     full = _drain(DataStream(cfg, proc, base_dir=tmp_path))
@@ -223,7 +223,7 @@ def test_resume_anywhere_property(make_processor, tmp_path):
            packing=st.booleans(), seed=st.integers(0, 3), stop_frac=st.floats(0, 1),
            shuffle=st.booleans(), buffer=st.integers(1, 12), block=st.integers(1, 9))
     def check(length, bins, strategy, packing, seed, stop_frac, shuffle, buffer, block):
-        cfg = DataConfig(datasets=[{"path": "a.jsonl", "weight": 2}, {"path": "b.jsonl"}], on_error="skip",
+        cfg = DataConfig(filter_overlong=True, datasets=[{"path": "a.jsonl", "weight": 2}, {"path": "b.jsonl"}], on_error="skip",
                          seed=seed, packing=packing, packing_length=length, packing_strategy=strategy,
                          packing_open_bins=bins, max_length=length, batch_size=2, group_by_length=not packing,
                          group_window=5, shuffle=shuffle, shuffle_buffer=buffer, shuffle_block=block)
@@ -242,7 +242,7 @@ def test_resume_anywhere_property(make_processor, tmp_path):
 def test_a_pass_with_no_usable_sample_stops_instead_of_reading_forever(make_processor, media_dir):
     """Every record filtered (or skipped): an endless stream (``max_steps`` training) must not spin on it."""
     write_jsonl(media_dir / "long.jsonl", [chat("long " * 300), chat("longer " * 400), "{broken json"])
-    cfg = DataConfig(datasets=[{"path": "long.jsonl"}], on_error="skip", max_length=50, epochs=None)
+    cfg = DataConfig(filter_overlong=True, datasets=[{"path": "long.jsonl"}], on_error="skip", max_length=50, epochs=None)
     stream = DataStream(cfg, make_processor(), base_dir=media_dir)
     finite = DataStream(cfg.model_copy(update={"epochs": 2}), make_processor(), base_dir=media_dir)
     assert list(finite) == [] and finite.report()["skipped_total"] == 6  # a finite stream just ends, counted

@@ -62,9 +62,10 @@ def test_auto_processor_of_every_family_after_import_vlforge(tiny_checkpoint):
     assert {"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v"} <= set(names)
     dirs = [str(tiny_checkpoint(family)) for family in names]
     report = json.loads(_python([str(HERE / "stock_loader.py"), *dirs, "--processor", "--import-vlforge"]).stdout)
-    # nothing of vlforge beyond `import vlforge` and what its hook loads
+    # nothing of vlforge beyond `import vlforge` and what its hook loads (the family records: light, no torch)
     assert set(report["vlforge_modules"]) <= {"vlforge", "vlforge.lazy", "vlforge.models", "vlforge.models.compat",
-                                              "vlforge.models.frames_video", "vlforge.media", "vlforge.media.resize"}
+                                              "vlforge.models.frames_video", "vlforge.models.families",
+                                              "vlforge.errors", "vlforge.media", "vlforge.media.resize"}
     for family, directory in zip(names, dirs, strict=True):
         entry = report["directories"][directory]
         assert entry["model_type"] == family and entry["unknown"] == []

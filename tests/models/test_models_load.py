@@ -70,7 +70,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path, tiny_checkpoint, monkeypatch):
         load(tiny_checkpoint("qwen2_vl"), dtype="int7")
     with pytest.raises(ConfigError, match="bad preset 'tiny:qwen3_vl@x'"):
         load("tiny:qwen3_vl@x")
-    with pytest.raises(ConfigError, match="unknown tiny model family 'llama'"):
+    with pytest.raises(ConfigError, match="unknown model family 'llama'"):
         load("tiny:llama")
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ModelLoadError, match="cannot fetch 'vlforge-test/no-such-model' from the Hugging Face Hub"):

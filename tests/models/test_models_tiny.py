@@ -192,5 +192,5 @@ def test_refuses_foreign_directories_and_unknown_families(tmp_path):
     with pytest.raises(OutputError, match="not empty and was not written by vlforge"):
         write_tiny("qwen2_vl", foreign)
     assert (foreign / "notes.txt").read_text() == "keep me"
-    with pytest.raises(ConfigError, match="unknown tiny model family 'qwen9'"):
+    with pytest.raises(ConfigError, match="unknown model family 'qwen9'"):
         write_tiny("qwen9", tmp_path / "x")

@@ -17,7 +17,7 @@ def _packed_batch(family: str, tokenizer):
     settings = VisionSettings.for_family(family, min_pixels=32 * 32, max_pixels=64 * 64, video_min_pixels=16 * 16,
                                          video_max_pixels=64 * 64)
     proc = QwenVLProcessor(tokenizer, settings, family)
-    cfg = DataConfig(datasets="dataset.yaml", packing=True, packing_length=1200)
+    cfg = DataConfig(filter_overlong=True, datasets="dataset.yaml", packing=True, packing_length=1200)
     for batch in DataStream(cfg, proc, base_dir="examples/data"):
         if len(batch["sample_ids"]) >= 3 and "pixel_values" in batch:
             return batch

@@ -251,9 +251,10 @@ def _hide_peft(monkeypatch):
 
 
 def test_validate_refuses_lora_without_peft_with_the_error_train_gives(tmp_path, monkeypatch):
+    from vlforge.config.preflight import check_supported
     from vlforge.config.validate import check
     from vlforge.errors import ConfigError
-    from vlforge.train.model_setup import PEFT_MISSING, check_supported
+    from vlforge.models.adapters import PEFT_MISSING
 
     path = tmp_path / "lora.yaml"
     path.write_text(LORA_YAML, encoding="utf-8")

@@ -46,7 +46,7 @@ def _records(out: Path) -> list[dict]:
 
 def test_skips_are_logged_reported_and_totalled(tmp_path, monkeypatch):
     config = _config(tmp_path, data={"max_skip_fraction": 0.5})
-    code, _, stderr = vlforge_cli(["train", str(config)], monkeypatch)
+    code, stdout, stderr = vlforge_cli(["train", str(config)], monkeypatch)
     assert code == 0, stderr[-3000:]
     out = tmp_path / "out"
     # a warning per reason, naming the file and line of its first sample; no line per sample beyond that
@@ -70,7 +70,7 @@ def test_skips_are_logged_reported_and_totalled(tmp_path, monkeypatch):
     assert final["skipped_by_reason"] == REASONS and final["skipped"] == 5 and final["samples_seen"] == 15
     # totals at the end: the log line and the command's summary
     assert "data: 5 of 15 samples skipped (33.3%, limit 50.0%)" in stderr
-    assert "skipped 5 of 15 samples (33.3%: corrupt_image=1, corrupt_video=1, malformed_json=1" in stderr
+    assert "skipped 5 of 15 samples (33.3%: corrupt_image=1, corrupt_video=1, malformed_json=1" in stdout
     assert (out / "final").is_dir()
 
 

@@ -261,7 +261,7 @@ def test_one_process_with_sp2_fails_before_loading(tmp_path, model_path):
     trainer = Trainer(_config(tmp_path, model_path, "image", 2), progress=False, export=False)
     with pytest.raises(ConfigError, match=r"sp_ulysses_degree: 2 does not divide the 1 process"):
         trainer.setup()
-    assert not hasattr(trainer, "tm")
+    assert trainer.tm is None and not trainer.ready
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ in well under a second, not a model load.
 
 Example:
     >>> from vlforge.config.schema import TrainConfig
-from vlforge.models.adapters import PEFT_MISSING
     >>> cfg = TrainConfig(data={"dataset_path": "d.jsonl", "label_mode": "lmms"},
     ...                   model={"load_from_pretrained_path": "tiny:qwen2_vl"})
     >>> check_model(cfg)  # doctest: +IGNORE_EXCEPTION_DETAIL

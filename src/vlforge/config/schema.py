@@ -85,8 +85,8 @@ class ProcessorSection(PixelFields):
     processor_name: str | None = None
     """Processor directory or preset; null uses ``model.load_from_pretrained_path``."""
     processor_type: str | None = None
-    """Model family the processing rules follow (a ``model_type`` of :mod:`vlforge.models.families`); null takes it
-    from the checkpoint's ``model_type``."""
+    """Model family the processing rules follow (a ``model_type`` vlforge has a record of: ``vlforge tiny --list``);
+    null takes it from the checkpoint's ``model_type``."""
 
     @field_validator("processor_type")
     @classmethod

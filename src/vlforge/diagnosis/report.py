@@ -38,6 +38,8 @@ class BenchStatus:
     reason: str | None = None
     seconds: float | None = None
     windows: int | None = None
+    elapsed: float | None = None
+    """Seconds the measurement took (the budget is ``seconds``; a call that started inside it may end after)."""
 
 
 @dataclass
@@ -53,7 +55,7 @@ class DoctorReport:
 
     @property
     def exit_code(self) -> int:
-        """0: nothing above info; 1: warnings; 2: errors."""
+        """OK: nothing above info; WARNING: warnings; FAILED: errors (:class:`vlforge.errors.ExitCode`)."""
         return exit_code(self.findings)
 
     @property
@@ -72,7 +74,8 @@ class DoctorReport:
             "facts": self.facts.to_dict(),
             "model": model,
             "bench": {"status": self.bench.status, "reason": self.bench.reason,
-                      "seconds": self.bench.seconds, "windows": self.bench.windows},
+                      "seconds": self.bench.seconds, "windows": self.bench.windows,
+                      "elapsed": self.bench.elapsed},
             "measurements": [m.to_dict() for m in self.measurements],
             "findings": [f.to_dict() for f in self.findings],
         }
@@ -176,6 +179,7 @@ def _run_bench(
     dtype = facts.dtype or "float32"
     from vlforge.diagnosis.bench import default_windows, measure_model
 
+    started = time.perf_counter()
     try:
         out.extend(measure_model(info, device=device, dtype=dtype, windows=windows, seconds=seconds))
     except RuntimeError as error:  # e.g. no conv kernel for this dtype on this device
@@ -188,4 +192,4 @@ def _run_bench(
     if partial:  # the figures that are there are real; what the budget did not reach is said, not estimated
         reason = (f"partial: the {seconds:g} s budget did not fit every figure of {len(partial)} of {len(out)} "
                   "conv shape(s) (see each measurement's note; --bench-seconds raises it)")
-    return BenchStatus("measured", reason, seconds, used)
+    return BenchStatus("measured", reason, seconds, used, round(time.perf_counter() - started, 3))

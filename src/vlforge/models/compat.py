@@ -35,8 +35,6 @@ import logging
 import sys
 from typing import Any
 
-from vlforge.models.families import FAMILIES
-
 logger = logging.getLogger(__name__)
 
 _done = False
@@ -78,6 +76,8 @@ def ensure_processor_support() -> bool:
         _running = False
     _done = True
     _remove_hook()
+    from vlforge.models.families import FAMILIES
+
     logger.debug("torchvision missing: %s use vlforge's frame video processors",
                  ", ".join(f.config_class for f in FAMILIES.values()))
     return True
@@ -90,6 +90,7 @@ def _install() -> None:
     from transformers.video_processing_utils import VideoProcessorMixin
 
     from vlforge.models import frames_video
+    from vlforge.models.families import FAMILIES
 
     # Importing processing_utils replaces the lazy ``transformers`` module in sys.modules by a new one
     # (which processing_utils keeps); users may hold the earlier one: patch every handle.

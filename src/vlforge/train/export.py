@@ -115,7 +115,7 @@ def _check_request(request: ExportRequest) -> None:
 
     if not (Path(request.checkpoint) / "trainer_state.json").is_file():
         raise ConfigError(f"{request.checkpoint}: not a training checkpoint (no trainer_state.json)")
-    check_output_dir(Path(request.out), flag="OUT", mode="new")
+    check_output_dir(Path(request.out), flag="export directory", mode="new")
 
 
 def _print_export(request: ExportRequest, path: Path, console: Any) -> None:
