@@ -31,8 +31,10 @@ lint: install-dev
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/lint-imports
 
+# Two workers by default (the 2-core CI machine); TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
 test: install-dev lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25
 
 bench: install
 	$(BIN)/python benchmarks/patch_embed.py

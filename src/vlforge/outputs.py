@@ -61,6 +61,15 @@ def fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
+
+def cache_root() -> Path:
+    """Root of everything vlforge caches (tiny and real-size presets, built tokenizers, data length sidecars):
+    ``$VLFORGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/vlforge``, else ``~/.cache/vlforge``."""
+    root = os.environ.get("VLFORGE_CACHE_DIR")
+    if root:
+        return Path(root).expanduser()
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vlforge"
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, writer: str | None = None) -> Path:
     """Write ``data`` to ``path`` through a fsynced temporary sibling and a rename, then fsync the directory.
 

@@ -178,8 +178,9 @@ def startup() -> float:
 
 
 def bound(startup: float, budget: float) -> float:
-    # Generous: start-up measured once (it varies on a shared machine) plus 1.5x the budget plus slack.
-    return 1.5 * startup + 1.5 * budget + 3.0
+    # Generous: start-up measured once varies with a parallel suite on 2 cores; the JSON's own ``elapsed`` holds
+    # the measurement to 1.5x its budget, this only catches a command that ignores it altogether.
+    return 2.0 * startup + 2.0 * budget + 10.0
 
 
 def test_cli_doctor_keeps_its_budget(startup) -> None:

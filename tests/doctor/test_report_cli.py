@@ -36,7 +36,7 @@ def check_schema(doc: dict) -> None:
     for fact in doc["facts"].values():
         assert set(fact) == {"value", "assumed"} and isinstance(fact["assumed"], bool)
         assert fact["value"] is None or isinstance(fact["value"], (str, int, bool))
-    assert set(doc["bench"]) == {"status", "reason", "seconds", "windows"}
+    assert set(doc["bench"]) == {"status", "reason", "seconds", "windows", "elapsed"}
     assert doc["bench"]["status"] in ("measured", "skipped", "off")
     if doc["model"] is not None:
         assert {"source", "model_type", "attn_implementation", "dtype", "convs"} <= set(doc["model"])

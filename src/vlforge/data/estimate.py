@@ -4,7 +4,7 @@ Record counts come from metadata (parquet/arrow row counts, a byte scan of JSONL
 length), capped by each entry's ``max_samples``. Sample lengths come from processing a fixed, seeded
 sample of records (``sample`` of them, spread over every file), so start-up cost does not grow with the
 dataset. The sample's lengths and skip counts are cached in a small JSON sidecar under
-``$XDG_CACHE_HOME/vlforge/lengths/`` (default ``~/.cache``), keyed by a content fingerprint of every data
+``lengths/`` of vlforge's cache (``$VLFORGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/vlforge``), keyed by a content fingerprint of every data
 file (size plus sha256 of evenly spaced chunks) and the processing settings: a second start-up reads it.
 
 Without packing the batch count follows from the record count (exact when nothing is skipped); with
@@ -22,7 +22,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from vlforge.data.packing import Binner
 from vlforge.data.schema import parse_conversation
 from vlforge.data.sources import open_source
 from vlforge.errors import DataError
+from vlforge.outputs import cache_root
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,8 @@ def fingerprint(path: Path, chunks: int = 8, chunk_size: int = 1 << 16) -> str:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vlforge" / "lengths"
+    """Where the length sidecars live: ``lengths/`` of vlforge's cache (:func:`vlforge.outputs.cache_root`)."""
+    return cache_root() / "lengths"
 
 
 def _sidecar_key(config: DataConfig, processor: Any, entries: list[ResolvedEntry], sample: int) -> str:

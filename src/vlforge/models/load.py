@@ -2,7 +2,7 @@
 
 Sources, tried in this order:
 - ``tiny:FAMILY[+untied][@SEED]`` - a tiny checkpoint (see :mod:`vlforge.models.tiny`), written once
-  into ``$VLFORGE_CACHE_DIR/tiny/`` (default ``~/.cache/vlforge/tiny/``) and then loaded from disk.
+  into the ``tiny/`` folder of vlforge's cache (:func:`vlforge.outputs.cache_root`) and then loaded from disk.
 - ``real:NAME[@SEED]`` - a real-size preset (see :mod:`vlforge.models.presets`): its directory holds the
   config, tokenizer and processor only (no weights); :func:`load` builds the model with random weights after
   checking that they fit in the memory of the target device.
@@ -40,6 +40,7 @@ from vlforge.models import tiny
 from vlforge.models.compat import ensure_processor_support
 from vlforge.models.presets import PRESET_PREFIX, REAL_PREFIX, parse_preset
 from vlforge.models.refs import DTYPE_NAMES, local_checkpoint
+from vlforge.outputs import cache_root
 
 logger = logging.getLogger(__name__)
 
@@ -78,12 +79,6 @@ def parse_dtype(dtype: Any):
     raise ConfigError(
         f"unknown dtype {dtype!r}; use one of {', '.join(sorted(set(DTYPE_NAMES) | {'auto'}))} or a torch.dtype"
     )
-
-
-def cache_dir() -> Path:
-    """Root of vlforge's cache (``$VLFORGE_CACHE_DIR`` or ``~/.cache/vlforge``)."""
-    root = os.environ.get("VLFORGE_CACHE_DIR")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "vlforge"
 
 
 def preset_dir(preset: str) -> Path:
