@@ -11,6 +11,8 @@ short table, the command's page the full one):
 
 - ``patch_embed``: ``benchmarks/patch_embed.py --repeats 9`` (README.md, docs/patch.md)
 - ``train_throughput``: ``benchmarks/train_throughput.py`` (README.md, docs/train.md)
+- ``train_throughput_qwen3_5``: the same with ``--model tiny:qwen3_5`` (packed rows through Gated DeltaNet;
+  docs/train.md)
 - ``extract``: ``benchmarks/extract.py`` (README.md, docs/extract.md)
 - ``tiny_train``: the tiny training example of docs/train.md, ``vlforge train
   examples/qwen3_vl_tiny.yaml``, timed from start to exit (wall seconds, first and last logged loss)
@@ -102,6 +104,10 @@ def _commands(tmp: Path) -> dict[str, tuple[list[str], str]]:
             [python, "benchmarks/train_throughput.py"],
             ".venv/bin/python benchmarks/train_throughput.py",
         ),
+        "train_throughput_qwen3_5": (
+            [python, "benchmarks/train_throughput.py", "--model", "tiny:qwen3_5"],
+            ".venv/bin/python benchmarks/train_throughput.py --model tiny:qwen3_5",
+        ),
         "extract": ([python, "benchmarks/extract.py"], ".venv/bin/python benchmarks/extract.py"),
         "tiny_train": (
             [_vlforge_cli(), "train", "examples/qwen3_vl_tiny.yaml",
@@ -111,7 +117,7 @@ def _commands(tmp: Path) -> dict[str, tuple[list[str], str]]:
     }
 
 
-MEASUREMENTS = ("patch_embed", "train_throughput", "extract", "tiny_train")
+MEASUREMENTS = ("patch_embed", "train_throughput", "train_throughput_qwen3_5", "extract", "tiny_train")
 
 
 def _utc() -> str:
@@ -402,6 +408,7 @@ REGIONS: tuple[Region, ...] = (
     Region("docs/patch.md", "patch_embed", render_patch_embed_detail),
     Region("README.md", "train_throughput", render_train_throughput_readme),
     Region("docs/train.md", "train_throughput", render_train_throughput_detail),
+    Region("docs/train.md", "train_throughput_qwen3_5", render_train_throughput_detail),
     Region("README.md", "extract", render_extract_readme),
     Region("docs/extract.md", "extract", render_extract_detail),
     Region("docs/train.md", "tiny_train", render_tiny_train),

@@ -249,9 +249,13 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     from vlforge.models import load
+    from vlforge.models.families import supports
+    from vlforge.models.linear_attention import use_for_packed_rows
 
     loaded = load(args.model, dtype="float32", attn_implementation="sdpa")
     base = loaded.model
+    if supports(loaded.family, "linear_attention"):  # as vlforge train: packed rows restart each sample's state
+        use_for_packed_rows(base)  # (batches without boundaries, every variant but vlforge_packed, run stock)
     load_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory() as tmp:
         data = make_dataset(Path(tmp), args.samples)

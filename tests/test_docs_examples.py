@@ -454,6 +454,8 @@ def figures_record() -> dict:
     return {"schema": FIGURES.SCHEMA, "figures": {
         "patch_embed": _entry(".venv/bin/python benchmarks/patch_embed.py --repeats 9", patch),
         "train_throughput": _entry(".venv/bin/python benchmarks/train_throughput.py", throughput),
+        "train_throughput_qwen3_5": _entry(".venv/bin/python benchmarks/train_throughput.py --model tiny:qwen3_5",
+                                           throughput),
         "extract": _entry(".venv/bin/python benchmarks/extract.py", extract),
         "tiny_train": _entry("vlforge train examples/qwen3_vl_tiny.yaml --json", train, wall_s=41.6)}}
 

@@ -18,11 +18,12 @@ from vlforge.data.media import Media
 from vlforge.data.video import decode_video
 
 
-@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"])
 def test_sample_equals_the_hf_processor_output(tokenizer, media_dir, family):
-    from vlforge.models.tiny import build_processor
+    from vlforge.models.families import family as record
+    from vlforge.models.tiny import build_processor, build_tokenizer
 
-    hf = build_processor(family, tokenizer)
+    hf = build_processor(family, tokenizer if record(family).tokenizer == "qwen3" else build_tokenizer(family))
     proc = QwenVLProcessor.from_hf_processor(hf, family, video_min_pixels=16 * 16, video_max_pixels=64 * 64)
     assert proc.settings.patch_size == hf.image_processor.patch_size
     messages = [
@@ -34,7 +35,7 @@ def test_sample_equals_the_hf_processor_output(tokenizer, media_dir, family):
 
     video = decode_video(Media(media_dir / "clip.mp4", None, "clip.mp4"), proc.settings, source="s", location="l")
     # the same per-frame bounds for the HF frames processor (Qwen3-VL's bounds cover all frames)
-    frames_factor = len(video.frames) if family == "qwen3_vl" else 1
+    frames_factor = len(video.frames) if record(family).video_resize_rule == "video" else 1
     hf.video_processor.size = {"shortest_edge": 16 * 16, "longest_edge": 64 * 64 * frames_factor}
     text = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
     meta = VideoMetadata(total_num_frames=video.total_frames, fps=video.video_fps, frames_indices=video.indices)

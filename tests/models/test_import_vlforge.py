@@ -24,6 +24,7 @@ REPO = HERE.parents[1]
 FRAMES_AS_IMAGES = {"glm4v"}
 OURS = {"qwen2_vl": "Qwen2VLFramesVideoProcessor", "qwen2_5_vl": "Qwen2VLFramesVideoProcessor",
         "qwen3_vl": "Qwen3VLFramesVideoProcessor", "qwen3_vl_moe": "Qwen3VLFramesVideoProcessor",
+        "qwen3_5": "Qwen3VLFramesVideoProcessor", "qwen3_5_moe": "Qwen3VLFramesVideoProcessor",
         "glm4v": "Glm4vFramesVideoProcessor"}
 
 

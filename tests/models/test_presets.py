@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,8 +23,9 @@ def test_each_preset_has_its_published_parameter_count_on_meta(name):
     """The count on the meta device matches the checkpoint's published total (and the size in its name)."""
     spec = REAL_PRESETS[name]
     count = param_count(f"real:{name}")
-    assert count == pytest.approx(spec.published_params, rel=0.01), (name, count)
-    nominal = float(name.rsplit("_", 1)[1].removesuffix("b")) * 1e9
+    if spec.published_params is not None:  # Qwen3.5: no source gave the multimodal total, the name's size must do
+        assert count == pytest.approx(spec.published_params, rel=0.01), (name, count)
+    nominal = float(re.search(r"_(\d+)b(?:_|$)", name)[1]) * 1e9
     assert 0.9 * nominal <= count <= 1.3 * nominal, (name, count)
 
 

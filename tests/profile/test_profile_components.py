@@ -11,7 +11,7 @@ from vlforge.models.components import discover
 from vlforge.profile import ProfileOptions, run_profile
 from vlforge.profile.timer import ComponentTimer
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v"]
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -91,7 +91,7 @@ def supervised(labels: list[int]) -> list[int]:
 
 
 @pytest.mark.parametrize("packing", [False, True], ids=["padded", "packed"])
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", (*FAMILIES, "qwen3_5", "qwen3_5_moe"))
 def test_first_step_equals_transformers_reference(tmp_path, tiny_checkpoint, data, reference, family, packing):
     ref = reference(family)
     batch, loss, count = first_batch(tmp_path, tiny_checkpoint(family), data, packing=packing)
@@ -102,7 +102,10 @@ def test_first_step_equals_transformers_reference(tmp_path, tiny_checkpoint, dat
         assert ids == expected["input_ids"]  # same template, same placeholder expansion
         assert supervised(labels) == supervised(expected["labels"])  # the exact supervised positions
         assert labels == expected["labels"]
-    assert count == sum(r["predicted"] for r in ref) == 45  # 12 + 13 + 8 + 12 assistant tokens
+    assert count == sum(r["predicted"] for r in ref)
+    assert count == 45 or family.startswith("qwen3_5")  # 12 + 13 + 8 + 12 assistant tokens (Qwen3's vocabulary)
+    # Qwen3.5's packed row: its Gated DeltaNet layers restart at each sample (vlforge.models.linear_attention), so
+    # the row's loss is the per-record reference's
     # one step over all records: the token-weighted mean of the samples' losses (also for a packed row)
     assert loss == pytest.approx(sum(r["loss_sum"] for r in ref) / count, abs=1e-5)
 

@@ -86,8 +86,16 @@ def test_values_without_effect_and_expansions() -> None:
     assert isinstance(BY_LMMS["trainer_args.optim"].convert("adafactor"), Ignore)
     pixels = BY_LMMS["dataset_config.processor_config.extra_kwargs"].convert({"image_max_pixels": 50176})
     assert pixels == Expand({"processor.max_pixels": 50176})
-    with pytest.raises(ValueError, match="video_max_pixels"):
-        BY_LMMS["dataset_config.processor_config.extra_kwargs"].convert({"video_max_pixels": 1})
+    video = BY_LMMS["dataset_config.processor_config.extra_kwargs"].convert({"video_max_pixels": 1,
+                                                                           "video_min_pixels": None})
+    assert video == Expand({"video.video_max_pixels": 1})  # LMMS Engine 0.1.4's Qwen3.5 example sets them here
+    with pytest.raises(ValueError, match="max_frames"):
+        BY_LMMS["dataset_config.processor_config.extra_kwargs"].convert({"max_frames": 8})
+    assert isinstance(BY_LMMS["dataset_config.extra_kwargs"].convert({"packing_kwargs": {"num_buckets": 2}}), Ignore)
+    with pytest.raises(ValueError, match="use_audio_in_video"):
+        BY_LMMS["dataset_config.extra_kwargs"].convert({"use_audio_in_video": True})
+    nearest = BY_LMMS["dataset_config.packing_strategy"].convert("balanced")
+    assert nearest.value == "best_fit" and "num_buckets" in nearest.reason
     with pytest.raises(ValueError, match="not a floating dtype"):
         BY_LMMS["trainer_args.reduce_dtype"].convert("int8")
 

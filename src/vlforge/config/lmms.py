@@ -38,7 +38,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlforge.config.lmms_keys import INERT, REFUSED, REFUSED_OK, is_default, lmms_fields, lmms_groups
+from vlforge.config.lmms_keys import (
+    INERT,
+    REFUSED,
+    REFUSED_OK,
+    UNDECLARED,
+    is_default,
+    lmms_fields,
+    lmms_groups,
+)
 from vlforge.config.problems import PathT, Problem, render_path, suggest
 from vlforge.config.schema import SECTION_FIELDS, section_models
 
@@ -61,6 +69,14 @@ class Expand:
     """A converted value that sets several native keys."""
 
     values: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Nearest:
+    """A value vlforge has no exact counterpart for, honoured by its nearest one: set, with one warning."""
+
+    value: Any
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -123,12 +139,34 @@ def _dtype(value: Any) -> str:
 def _pixels(value: Any) -> Expand:
     if not isinstance(value, dict):
         raise ValueError(f"must be a mapping, got {type(value).__name__}")
-    names = {"image_min_pixels": "processor.min_pixels", "image_max_pixels": "processor.max_pixels"}
+    names = {"image_min_pixels": "processor.min_pixels", "image_max_pixels": "processor.max_pixels",
+             "video_min_pixels": "video.video_min_pixels", "video_max_pixels": "video.video_max_pixels"}
     other = sorted(set(value) - set(names))
     if other:
         raise ValueError(f"{', '.join(other)}: options of LMMS Engine's processors vlforge has no counterpart for "
-                         "(image_min_pixels and image_max_pixels are honoured)")
+                         "(image_/video_ min_pixels and max_pixels are honoured)")
     return Expand({names[key]: item for key, item in value.items() if item is not None})
+
+
+def _packing_strategy(value: Any) -> Any:
+    if value == "balanced":
+        return Nearest("best_fit", "LMMS Engine's balanced packer places each sample best-fit into one of "
+                       "num_buckets open rows and swaps samples to even out their lengths; vlforge packs best_fit "
+                       "(the same samples, rows composed differently)")
+    return value
+
+
+def _dataset_extra(value: Any) -> Expand | Ignore:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a mapping, got {type(value).__name__}")
+    other = sorted(set(value) - {"packing_kwargs"})
+    if other:
+        raise ValueError(f"{', '.join(other)}: options of LMMS Engine's datasets (the video decoder, "
+                         "use_audio_in_video, ...) that vlforge has no counterpart for; remove them")
+    if value.get("packing_kwargs"):
+        return Ignore("packing_kwargs tune LMMS Engine's balanced packer (num_buckets: length buckets it balances "
+                      "across ranks); vlforge fills each row from the samples it holds (packing.packing_strategy)")
+    return Expand({})
 
 
 def _fsdp2(value: Any) -> Expand:
@@ -158,10 +196,13 @@ KEY_TABLE: tuple[KeyMap, ...] = (
     KeyMap("dataset_config.processor_config.processor_type", "processor.processor_type",
            "a name that is no vlforge family warns; the checkpoint's model_type decides", _processor_type),
     KeyMap("dataset_config.processor_config.extra_kwargs", "processor",
-           "`image_min_pixels` / `image_max_pixels` -> `processor.min_pixels` / `max_pixels`; other keys are "
-           "errors", _pixels),
+           "`image_min_pixels` / `image_max_pixels` -> `processor.min_pixels` / `max_pixels`, `video_min_pixels` / "
+           "`video_max_pixels` -> `video.video_min_pixels` / `video_max_pixels`; other keys are errors", _pixels),
+    KeyMap("dataset_config.extra_kwargs", "", "`packing_kwargs` has no effect (a warning); other keys are errors",
+           _dataset_extra),
     KeyMap("dataset_config.packing", "packing.packing"),
-    KeyMap("dataset_config.packing_strategy", "packing.packing_strategy"),
+    KeyMap("dataset_config.packing_strategy", "packing.packing_strategy",
+           "`balanced` (LMMS Engine's bucket balancer) -> `best_fit`, with a warning", _packing_strategy),
     KeyMap("dataset_config.packing_length", "packing.packing_length"),
     KeyMap("dataset_config.filter_overlong", "packing.filter_overlong",
            "over-long samples are dropped and counted, never truncated"),
@@ -430,6 +471,8 @@ def _walk_group(group: str, value: Any, where: PathT, result: Translation) -> No
             _walk_group(full, item, (*where, key), result)
         elif name in children:
             _key(result, full, item, (*where, key))
+        elif full in UNDECLARED:
+            result.warnings.append(f"{render_path((*where, key))}: {_show(item)} has no effect: {UNDECLARED[full]}")
         else:
             result.problems.append(_unknown(result, (*where, key), sorted(children), (group,)))
 
@@ -468,6 +511,10 @@ def _set(result: Translation, entry: KeyMap, value: Any, where: PathT) -> None:
             result.warnings.append(f"{render_path(where)}: {_show(result.given.get(entry.lmms))} has no effect: "
                                    f"{value.reason}")
             return
+        if isinstance(value, Nearest):
+            result.warnings.append(f"{render_path(where)}: {_show(result.given.get(entry.lmms))} is read as "
+                                   f"{entry.native}: {_show(value.value)}: {value.reason}")
+            value = value.value
         if value is None:
             return
     values = value.values if isinstance(value, Expand) else {entry.native: value}

@@ -229,8 +229,6 @@ INERT: dict[str, str] = {
 REFUSED: dict[str, str] = {
     "config_yaml": "names a second config file that LMMS Engine merges over this one; vlforge reads one file: "
                    "give that file to vlforge instead",
-    "dataset_config.extra_kwargs": "options of LMMS Engine's datasets (packing_kwargs, the video decoder, "
-                                   "use_audio_in_video, ...) that vlforge has no counterpart for; remove them",
     "dataset_config.object_storage": "LMMS Engine reads the data from an Azure/GCS bucket; vlforge reads local "
                                      "files only (copy the data, or mount the bucket and use its path)",
     "dataset_config.bucket_name": "LMMS Engine reads the data from this bucket; vlforge reads local files only",
@@ -243,6 +241,13 @@ REFUSED: dict[str, str] = {
     "trainer_args.tp_degree": "tensor parallelism, which also divides the data-parallel size (and so the global "
                               "batch); vlforge has none",
     "trainer_args.ema_resume_from_ema": "LMMS Engine resumes from its EMA weights; vlforge keeps no EMA weights",
+}
+
+#: Keys LMMS Engine's own examples write that its config models do not declare: pydantic drops them silently there.
+#: vlforge accepts them with a warning (any other undeclared key stays an error: it is usually a typo).
+UNDECLARED: dict[str, str] = {
+    "model_config.torch_dtype": "LMMS Engine 0.1.4's ModelConfig has no such field and drops it; the weights' "
+                                "dtype follows trainer_args.bf16 there and here",
 }
 
 #: Values of a refused key that are accepted besides LMMS Engine's default (they ask for what vlforge does).

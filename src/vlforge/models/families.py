@@ -18,12 +18,12 @@ Example:
     >>> family("qwen3-vl")
     Traceback (most recent call last):
     ...
-    vlforge.errors.ConfigError: unknown model family 'qwen3-vl'; did you mean 'qwen3_vl'? (known: qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, glm4v)
+    vlforge.errors.ConfigError: unknown model family 'qwen3-vl'; did you mean 'qwen3_vl'? (known: qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, glm4v)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from vlforge.errors import ConfigError, did_you_mean
@@ -118,6 +118,11 @@ class Family:
     token_ids: dict[str, str] = field(default_factory=dict)
     """Top-level config key -> the token whose id it holds."""
     eos_tokens: tuple[str, ...] = ("<|im_end|>", "<|endoftext|>")
+    tokenizer: Literal["qwen3", "qwen3.5"] = "qwen3"
+    """The real vocabulary tiny presets use (:data:`vlforge.models.tokenizer.TOKENIZERS`)."""
+    linear_attention: bool = False
+    """Text layers mix Gated DeltaNet linear attention with full attention (``layer_types``): packed rows need the
+    boundary-aware forward of :mod:`vlforge.models.linear_attention`."""
 
     @property
     def video_standin(self) -> str:
@@ -155,6 +160,20 @@ _GLM_TOKENS = (  # GLM-4.1V's own special tokens (tiny presets append them to th
     "[gMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>",
     "<|begin_of_image|>", "<|end_of_image|>", "<|begin_of_video|>", "<|end_of_video|>",
     "<|image|>", "<|video|>",
+)
+
+# Qwen3.5: Qwen3-VL's vision tower without deepstack, a 3 Gated DeltaNet : 1 gated attention text stack, its own
+# 248k vocabulary; the processor and video processor are Qwen3-VL's (transformers' auto mappings).
+_QWEN3_5 = Family(
+    name="qwen3_5", title="Qwen3.5", modeling_module="transformers.models.qwen3_5.modeling_qwen3_5",
+    config_class="Qwen3_5Config", model_class="Qwen3_5ForConditionalGeneration",
+    inner_model_class="Qwen3_5Model", text_layer_class="Qwen3_5DecoderLayer",
+    vision_block_class="Qwen3_5VisionBlock", processor_class="Qwen3VLProcessor",
+    image_processor_class="Qwen2VLImageProcessorPil", image_resize_rule="image",
+    stock_video_processor="Qwen3VLVideoProcessor",
+    video_resize_rule="video", template="qwen3_chatml", image_processor=_QWEN3_IMAGE,
+    video_processor=_QWEN3_VIDEO, vision_defaults=_QWEN3_VISION, video_timestamps=True,
+    sequence_parallel=False, tokenizer="qwen3.5", linear_attention=True,
 )
 
 _RECORDS = (
@@ -202,6 +221,12 @@ _RECORDS = (
         video_processor=_QWEN3_VIDEO, vision_defaults=_QWEN3_VISION, video_timestamps=True, deepstack=True,
         sequence_parallel=False, lmms_labels=True,
     ),
+    _QWEN3_5,
+    # Qwen3.5-MoE: the same stack with a sparse MoE block (routed experts plus a gated shared expert) in every layer.
+    replace(_QWEN3_5, name="qwen3_5_moe", title="Qwen3.5-MoE",
+            modeling_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe", config_class="Qwen3_5MoeConfig",
+            model_class="Qwen3_5MoeForConditionalGeneration", inner_model_class="Qwen3_5MoeModel",
+            text_layer_class="Qwen3_5MoeDecoderLayer", vision_block_class="Qwen3_5MoeVisionBlock"),
     Family(
         name="glm4v", title="GLM-4.1V", modeling_module="transformers.models.glm4v.modeling_glm4v",
         config_class="Glm4vConfig", model_class="Glm4vForConditionalGeneration",

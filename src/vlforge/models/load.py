@@ -109,7 +109,7 @@ def _preset(preset: str) -> tuple[Path, str, int, bool]:
     )
     digest = hashlib.sha256(fingerprint.encode()).hexdigest()[:10]
     name = f"{family}{'' if tied else '+untied'}-seed{seed}-{digest}"
-    return cache_dir() / "tiny" / name, family, seed, tied
+    return cache_root() / "tiny" / name, family, seed, tied
 
 
 @contextlib.contextmanager
@@ -139,7 +139,7 @@ def real_preset_path(preset: str) -> Path:
     import transformers
 
     fingerprint = json.dumps([spec._asdict(), transformers.__version__, tiny.FILES_VERSION], sort_keys=True)
-    path = cache_dir() / "real" / f"{name}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:10]}"
+    path = cache_root() / "real" / f"{name}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:10]}"
     if not (path / REAL_MARKER).is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         with _locked(path.parent / f".{path.name}.lock"):
@@ -280,11 +280,12 @@ def _random_real(source: str, config: Any, model_class: Any, dtype: Any, device:
     """A real-size preset with random weights (seeded), refused when its weights would not fit ``device``."""
     import torch
 
-    from vlforge.models.presets import parse_real
+    from vlforge.models.presets import param_count, parse_real
 
-    _name, spec, seed = parse_real(source)
+    name, spec, seed = parse_real(source)
     dtype = torch.float32 if dtype == "auto" else dtype
-    needed = int(spec.published_params * dtype.itemsize * 1.1)  # weights + ~10% for buffers and init temporaries
+    params = spec.published_params or param_count(f"real:{name}")
+    needed = int(params * dtype.itemsize * 1.1)  # weights + ~10% for buffers and init temporaries
     free = available_bytes(device)
     if needed > free:
         raise ModelLoadError(

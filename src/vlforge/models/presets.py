@@ -55,8 +55,9 @@ class RealPreset(NamedTuple):
     """``model_type`` / :mod:`vlforge.models.tiny` family whose tokenizer, processor and template it uses."""
     checkpoint: str
     """The Hub checkpoint whose config.json the numbers come from."""
-    published_params: float
-    """Parameter count shown for the checkpoint (safetensors total), for tests and docs."""
+    published_params: float | None
+    """Parameter count shown for the checkpoint (safetensors total), for tests and docs; None where no source gave
+    the multimodal total (the count on the meta device is then the only figure)."""
     text: dict[str, Any]
     vision: dict[str, Any]
     tie_word_embeddings: bool
@@ -78,6 +79,15 @@ _QWEN3_VISION_LARGE = {  # Qwen3-VL-8B (and the MoE sizes)
     "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
     "hidden_act": "gelu_pytorch_tanh", "patch_size": 16, "temporal_patch_size": 2, "spatial_merge_size": 2,
     "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24],
+}
+
+_QWEN3_5_ROPE = {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                 "mrope_section": [11, 11, 10], "mrope_interleaved": True}
+_QWEN3_5_LINEAR = {"linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                   "linear_num_key_heads": 16}
+_QWEN3_5_VISION = {  # the one published Qwen3.5 vision config found (27B's), equal to transformers' defaults
+    "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "patch_size": 16,
+    "temporal_patch_size": 2, "spatial_merge_size": 2, "num_position_embeddings": 2304,
 }
 
 REAL_PRESETS: dict[str, RealPreset] = {
@@ -139,6 +149,46 @@ REAL_PRESETS: dict[str, RealPreset] = {
               "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 262144,
               "rms_norm_eps": 1e-6, "rope_parameters": _QWEN3_ROPE},
         vision={**_QWEN3_VISION_LARGE, "out_hidden_size": 4096},
+        tie_word_embeddings=False,
+    ),
+    # Qwen/Qwen3.5-9B: 32 layers as 8 x (3 Gated DeltaNet + 1 gated attention), hidden 4096, FFN 12288, attention
+    # 16 Q / 4 KV heads of 256 with 64 rotary dims, DeltaNet 16 QK / 32 V heads of 128, vocab 248320 (padded),
+    # untied. The model card as quoted by awesomeagents.ai/models/qwen-3-5-9b and apxml.com/models/qwen35-9b; the
+    # same values are transformers 5.24's Qwen3_5TextConfig defaults. Vision: the 27B's (no 9B copy was found),
+    # its output width the text width. No source gave the multimodal parameter total.
+    "qwen3_5_9b": RealPreset(
+        family="qwen3_5", checkpoint="Qwen/Qwen3.5-9B", published_params=None,
+        text={"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32, "num_attention_heads": 16,
+              "num_key_value_heads": 4, "head_dim": 256, "linear_num_value_heads": 32, **_QWEN3_5_LINEAR,
+              "vocab_size": 248320, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+              "rope_parameters": _QWEN3_5_ROPE},
+        vision={**_QWEN3_5_VISION, "out_hidden_size": 4096},
+        tie_word_embeddings=False,
+    ),
+    # Qwen/Qwen3.5-27B: 64 layers, hidden 5120, FFN 17408, 24 Q / 4 KV heads of 256, untied: THUDM/slime
+    # scripts/models/qwen3.5-27B.sh. DeltaNet 16 QK / 48 V heads of 128 and the vision tower (27 x 1152, output
+    # 5120): a full Qwen3_5Config of the 27B found by the code search without a repository name.
+    "qwen3_5_27b": RealPreset(
+        family="qwen3_5", checkpoint="Qwen/Qwen3.5-27B", published_params=None,
+        text={"hidden_size": 5120, "intermediate_size": 17408, "num_hidden_layers": 64, "num_attention_heads": 24,
+              "num_key_value_heads": 4, "head_dim": 256, "linear_num_value_heads": 48, **_QWEN3_5_LINEAR,
+              "vocab_size": 248320, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+              "rope_parameters": _QWEN3_5_ROPE},
+        vision={**_QWEN3_5_VISION, "out_hidden_size": 5120},
+        tie_word_embeddings=False,
+    ),
+    # Qwen/Qwen3.5-35B-A3B: 40 layers of the same 3:1 mix, hidden 2048, 16 Q / 2 KV heads of 256, 256 experts
+    # top-8 of width 512 plus a gated shared expert of 512 in every layer, DeltaNet 16 QK / 32 V heads of 128,
+    # untied: THUDM/slime scripts/models/qwen3.5-35B-A3B.sh (commit 58d8ff75), equal to transformers 5.24's
+    # Qwen3_5MoeTextConfig defaults. Vision as for the 9B, output 2048.
+    "qwen3_5_35b_a3b": RealPreset(
+        family="qwen3_5_moe", checkpoint="Qwen/Qwen3.5-35B-A3B", published_params=None,
+        text={"hidden_size": 2048, "num_hidden_layers": 40, "num_attention_heads": 16, "num_key_value_heads": 2,
+              "head_dim": 256, "num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+              "shared_expert_intermediate_size": 512, "linear_num_value_heads": 32, **_QWEN3_5_LINEAR,
+              "vocab_size": 248320, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+              "rope_parameters": _QWEN3_5_ROPE},
+        vision={**_QWEN3_5_VISION, "out_hidden_size": 2048},
         tie_word_embeddings=False,
     ),
 }

@@ -2,7 +2,8 @@
 
 ``write_tiny(family, out_dir, seed=0)`` writes a complete Hugging Face checkpoint directory:
 ``config.json``, ``generation_config.json``, ``model.safetensors`` (fp32), the real Qwen3 tokenizer
-(``tokenizer.json``, ``tokenizer_config.json``; GLM-4V adds its own special tokens), ``chat_template.jinja``,
+(``tokenizer.json``, ``tokenizer_config.json``; GLM-4V adds its own special tokens; Qwen3.5 has its own 248k
+vocabulary, :mod:`vlforge.models.tokenizer`), ``chat_template.jinja``,
 ``processor_config.json`` (image processor = transformers' PIL class, video processor = a
 :class:`~vlforge.models.frames_video.FramesVideoProcessor` subclass) and ``vlforge_tiny.json`` (what was written).
 
@@ -12,7 +13,8 @@ checkpoint loads with plain transformers, with or without torchvision.
 
 Real patch geometry is kept (patch 14 or 16, temporal 2, merge 2) so the processors apply the real
 resize rules; everything else is small: 2 vision blocks of width 32, 2 text layers of width 64
-(4 heads of 16, 2 KV heads), a 4-expert top-2 MoE for ``qwen3_vl_moe``. The vocabulary is the
+(4 heads of 16, 2 KV heads; Qwen3.5: one Gated DeltaNet and one full-attention layer), a 4-expert top-2 MoE for
+``qwen3_vl_moe`` and ``qwen3_5_moe``. The vocabulary is the
 tokenizer length rounded up to a multiple of 64, so rows past the tokenizer exist (as in real Qwen).
 Embeddings are tied unless ``tie_word_embeddings=False``. The same seed gives a byte-identical
 ``model.safetensors``.
@@ -41,7 +43,7 @@ from vlforge.errors import ConfigError, VlforgeError
 from vlforge.models.compat import ensure_processor_support
 from vlforge.models.families import family
 from vlforge.models.templates import template
-from vlforge.models.tokenizer import qwen3_tokenizer
+from vlforge.models.tokenizer import TOKENIZERS
 from vlforge.outputs import check_output_dir, staged_dir
 from vlforge.strict import StrictModel
 
@@ -78,6 +80,14 @@ _QWEN3_VISION = {  # real Qwen3-VL-2B: depth 24, hidden 1024, mlp 4096, 16 heads
     "num_position_embeddings": 2304, "deepstack_visual_indexes": [0, 1],
 }
 _QWEN3_ROPE = {"rope_type": "default", "rope_theta": 5e6, "mrope_section": [4, 2, 2], "mrope_interleaved": True}
+_QWEN3_5_TEXT = {  # the hybrid stack: heads of 32 so that a quarter-rotary head still has 4 frequencies (2, 1, 1)
+    "layer_types": ["linear_attention", "full_attention"], "head_dim": 32,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+    "linear_conv_kernel_dim": 4,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                        "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+}
+_QWEN3_5_VISION = {k: v for k, v in _QWEN3_VISION.items() if k != "deepstack_visual_indexes"}
 
 SPECS: dict[str, TinySpec] = {
     # Qwen2-VL-2B: text 1536 wide x 28 layers (12 heads, 2 KV), vocab 151936, tied;
@@ -104,6 +114,18 @@ SPECS: dict[str, TinySpec] = {
         text={**_TEXT, "head_dim": 16, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
               "decoder_sparse_step": 1, "mlp_only_layers": [], "rope_parameters": _QWEN3_ROPE},
         vision=_QWEN3_VISION,
+    ),
+    # Qwen3.5-9B: text 4096 x 32 layers, 3 Gated DeltaNet (16 QK / 32 V heads x 128, conv 4) : 1 gated attention
+    # (16 heads x 256, 4 KV), rotary over a quarter of each head, interleaved mrope (11, 11, 10), vocab 248320,
+    # untied; vision 27 blocks x 1152, patch 16, no deepstack. Tiny: one linear and one full layer.
+    "qwen3_5": TinySpec(text={**_TEXT, **_QWEN3_5_TEXT}, vision=_QWEN3_5_VISION),
+    # Qwen3.5-35B-A3B: text 2048 x 40 layers of the same mix, 256 experts top-8 of width 512 plus a gated shared
+    # expert of 512 in every layer. Tiny: 4 experts top-2 and a shared expert of width 32.
+    "qwen3_5_moe": TinySpec(
+        text={**{k: v for k, v in _TEXT.items() if k != "intermediate_size"}, **_QWEN3_5_TEXT,
+              "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+              "shared_expert_intermediate_size": 32},
+        vision=_QWEN3_5_VISION,
     ),
     # GLM-4.1V-9B: text 4096 x 40 layers (32 heads x 128, 2 KV), vocab 151552 (its own tokenizer),
     # half-rotary mrope (8, 12, 12); vision 24 blocks x 1536 (12 heads), image_size 336, patch 14.
@@ -138,8 +160,8 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def _base_tokenizer(added_tokens: tuple[str, ...], eos_token: str):
-    tokenizer = qwen3_tokenizer()
+def _base_tokenizer(vocabulary: str, added_tokens: tuple[str, ...], eos_token: str):
+    tokenizer = TOKENIZERS[vocabulary]()
     if added_tokens:
         tokenizer.add_special_tokens(
             {"additional_special_tokens": list(added_tokens)}, replace_extra_special_tokens=False
@@ -151,20 +173,20 @@ def _base_tokenizer(added_tokens: tuple[str, ...], eos_token: str):
 def build_tokenizer(name: str):
     """A fresh Qwen3 tokenizer with the family's added special tokens, eos and chat template."""
     record = family(name)
-    tokenizer = _base_tokenizer(record.added_tokens, record.eos_tokens[0])
+    tokenizer = _base_tokenizer(record.tokenizer, record.added_tokens, record.eos_tokens[0])
     tokenizer.chat_template = template(record.template)
     return tokenizer
 
 
 @functools.cache
-def _shared_base(added_tokens: tuple[str, ...], eos_token: str):
+def _shared_base(vocabulary: str, added_tokens: tuple[str, ...], eos_token: str):
     """Families with the same vocabulary share one instance per process (parsing takes ~2 s)."""
-    return _base_tokenizer(added_tokens, eos_token)
+    return _base_tokenizer(vocabulary, added_tokens, eos_token)
 
 
 def _shared_tokenizer(name: str):
     record = family(name)
-    tokenizer = _shared_base(record.added_tokens, record.eos_tokens[0])
+    tokenizer = _shared_base(record.tokenizer, record.added_tokens, record.eos_tokens[0])
     tokenizer.chat_template = template(record.template)  # set before every use: instances are shared
     return tokenizer
 

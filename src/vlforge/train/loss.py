@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -74,12 +75,49 @@ def packed_kwargs(batch: dict[str, Any], device: torch.device | str) -> dict[str
     return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
 
 
+def router_aux_coef(model: torch.nn.Module) -> float:
+    """``router_aux_loss_coef`` of a mixture-of-experts model whose config turns the router loss on
+    (``output_router_logits``, as transformers and LMMS Engine decide), else 0.0. The top-level config is read
+    first (where ``model.overwrite_config`` sets keys), then the text config (where checkpoints keep them)."""
+    config = getattr(model, "config", None)
+    if config is None:
+        return 0.0
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+
+    def setting(name: str) -> Any:
+        top = getattr(config, name, None)
+        return top if top is not None else getattr(text, name, None)
+
+    if not setting("output_router_logits") or getattr(text, "num_experts", None) is None:
+        return 0.0
+    return float(setting("router_aux_loss_coef") or 0.0)
+
+
+@dataclass
+class LossTerms:
+    """What one micro-batch's forward gives the objective."""
+
+    token_sum: torch.Tensor
+    """Sum (fp32) of the cross-entropy of every predicted label token."""
+    router_aux: torch.Tensor | None = None
+    """transformers' load-balancing loss of the forward's router logits (MoE with the router loss on), else None."""
+
+
 def token_loss_sum(model: torch.nn.Module, batch: dict[str, Any], device: torch.device | str,
                    float_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Sum (fp32) of the cross-entropy of every predicted label token of ``batch``.
+    """Sum (fp32) of the cross-entropy of every predicted label token of ``batch`` (see :func:`forward_loss`)."""
+    return forward_loss(model, batch, device, float_dtype).token_sum
+
+
+def forward_loss(model: torch.nn.Module, batch: dict[str, Any], device: torch.device | str,
+                 float_dtype: torch.dtype | None = None, *, router_aux: bool = False) -> LossTerms:
+    """One forward of ``batch``: the token cross-entropy sum and, with ``router_aux``, the router loss.
 
     Only the hidden states at predicting positions go through ``lm_head`` (``logits_to_keep`` as a
-    boolean mask), so the (tokens x vocabulary) logits of unlabelled positions are never built.
+    boolean mask), so the (tokens x vocabulary) logits of unlabelled positions are never built. The router loss
+    is the model's own (``output_router_logits=True``: transformers' ``load_balancing_loss_func`` over every
+    layer's router logits, the padding of an unpacked batch excluded by its attention mask, every token of a
+    packed row counted, as transformers and LMMS Engine count them).
     """
     mask = target_mask(batch)
     full = torch.zeros_like(batch["labels"], dtype=torch.bool)
@@ -91,6 +129,11 @@ def token_loss_sum(model: torch.nn.Module, batch: dict[str, Any], device: torch.
             raise ValueError("a packed batch must be one row")
         inputs.pop("attention_mask", None)
         inputs.update(packed_kwargs(batch, device))
-    out = model(**inputs, use_cache=False, logits_to_keep=full.to(device))
+    extra = {"output_router_logits": True} if router_aux else {}
+    out = model(**inputs, use_cache=False, logits_to_keep=full.to(device), **extra)
     logits = out.logits.reshape(-1, out.logits.shape[-1])
-    return F.cross_entropy(logits.float(), targets, reduction="sum")
+    aux = getattr(out, "aux_loss", None) if router_aux else None
+    if router_aux and aux is None:
+        raise ValueError(f"{type(model).__name__} returned no aux_loss with output_router_logits=True")
+    return LossTerms(F.cross_entropy(logits.float(), targets, reduction="sum"),
+                     None if aux is None else aux.float())

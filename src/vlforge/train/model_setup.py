@@ -25,6 +25,7 @@ from vlforge.config.schema import TrainConfig
 from vlforge.dist import DistContext
 from vlforge.errors import ConfigError
 from vlforge.models.adapters import apply_lora, freeze
+from vlforge.models.families import supports
 from vlforge.models.module_names import resolve_layer_classes
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,10 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
         from vlforge.models.varlen import use_for_text
 
         use_for_text(model)  # per-sample attention for packed rows, no dense L x L mask (flash-attn absent)
+    if cfg.packing.packing and supports(loaded.family, "linear_attention"):
+        from vlforge.models.linear_attention import use_for_packed_rows
+
+        use_for_packed_rows(model)  # each sample's Gated DeltaNet conv window and state restart at its boundary
     if cfg.model.lora is not None:
         model = apply_lora(model, cfg.model.lora)
         if cfg.model.freeze_modules:  # adapters inside frozen modules stay frozen too

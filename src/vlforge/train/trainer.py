@@ -51,7 +51,7 @@ from vlforge.errors import ConfigError, DataError
 from vlforge.outputs import atomic_write_json
 from vlforge.train import checkpoint as ckpt
 from vlforge.train.data_setup import RankData, open_stream, processor_for
-from vlforge.train.loss import label_count, token_loss_sum
+from vlforge.train.loss import LossTerms, forward_loss, label_count, router_aux_coef
 from vlforge.train.metrics import MetricsLogger
 from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler
@@ -204,6 +204,8 @@ class Trainer:
         self.skips = (0, 0)  # samples seen, skipped: summed over data ranks as of the last step
         self.skip_warnings = SkipWarnings("data")
         self.resumed_from: Path | None = None
+        self.router_coef = 0.0  # router_aux_loss_coef of a MoE model whose config turns the router loss on
+        self.step_router_aux = torch.zeros(())  # this rank's mean router loss over the last step's micro-batches
 
     # -- set-up -----------------------------------------------------------------------------------
     def check_outputs(self) -> None:
@@ -218,6 +220,10 @@ class Trainer:
         self.plan_verdict()
         self.tm = prepare_model(cfg, ctx)
         self.model = self.tm.model
+        self.router_coef = router_aux_coef(self.model)
+        if self.router_coef:
+            logger.info("router loss: %g x load-balancing loss added to the objective (output_router_logits), logged "
+                        "as aux_loss", self.router_coef)
         # --- sequence parallelism (vlforge.train.sp): sp ranks of a group share the data shard ---
         if cfg.sp_ulysses_degree > 1:
             self.sp = setup_sequence_parallel(self.model, cfg.sp_ulysses_degree, ctx)
@@ -308,12 +314,13 @@ class Trainer:
         count, self.skips = step_totals(self.ctx, batches, self._label_count, (ledger.seen, ledger.total))
         return count
 
-    def _forward_sum(self, batch: dict[str, Any]) -> torch.Tensor:
+    def _forward(self, batch: dict[str, Any]) -> LossTerms:
         float_dtype = torch.bfloat16 if self.cfg.training.bf16 else None
         with self.tm.autocast_context(self.ctx.device):
             if self.sp is not None:
-                return sp_token_loss_sum(self.model, batch, self.ctx.device, float_dtype, self.sp)
-            return token_loss_sum(self.model, batch, self.ctx.device, float_dtype)
+                return LossTerms(sp_token_loss_sum(self.model, batch, self.ctx.device, float_dtype, self.sp))
+            return forward_loss(self.model, batch, self.ctx.device, float_dtype,
+                                router_aux=bool(self.router_coef) and self.model.training)
 
     def _label_count(self, batch: dict[str, Any]) -> torch.Tensor:
         """Predicted label tokens of ``batch`` on this rank (its sequence shard under sequence parallelism)."""
@@ -324,7 +331,9 @@ class Trainer:
         """Forward and backward of one step's micro-batches: gradients of the global token-mean loss.
 
         ``count``: the global label tokens (:func:`global_label_count`), computed here when omitted.
-        Returns (global label tokens, this rank's loss sum) as device tensors; no optimiser step.
+        Returns (global label tokens, this rank's loss sum) as device tensors; no optimiser step. A MoE model with
+        the router loss on adds ``router_coef x`` the mean router loss over micro-batches and ranks (what
+        transformers adds per forward), and leaves this rank's mean in ``step_router_aux``.
         """
         ctx = self.ctx
         if count is None:
@@ -333,12 +342,18 @@ class Trainer:
         scale = ctx.world_size if self.tm.sharded else 1
         denominator = count.clamp(min=1.0)
         loss_sum = torch.zeros((), device=ctx.device)
+        aux_sum = torch.zeros((), device=ctx.device)
         for index, batch in enumerate(batches):
             if self.tm.sharded:  # reduce-scatter once per step, after the last micro-batch
                 self.model.set_requires_gradient_sync(index == len(batches) - 1)
-            part = self._forward_sum(batch)
-            (part * scale / denominator).backward()
-            loss_sum += part.detach()
+            terms = self._forward(batch)
+            objective = terms.token_sum * scale / denominator
+            if terms.router_aux is not None:  # the ranks' gradients are averaged (FSDP) or summed: scale / world
+                objective = objective + self.router_coef * terms.router_aux * scale / (len(batches) * ctx.world_size)
+                aux_sum += terms.router_aux.detach()
+            objective.backward()
+            loss_sum += terms.token_sum.detach()
+        self.step_router_aux = aux_sum / len(batches)
         if not self.tm.sharded:
             fill_missing_grads(self.model)
             if ctx.distributed:
@@ -396,7 +411,7 @@ class Trainer:
             for i in range(rounds):
                 real = i < len(batches)
                 batch = batches[i] if real else batches[0]
-                part = self._forward_sum(batch)
+                part = self._forward(batch).token_sum
                 if real:
                     totals += torch.stack([part.float(), self._label_count(batch).to(ctx.device).float()])
         self.model.train()
@@ -421,7 +436,7 @@ class Trainer:
         result = RunResult(self.output_dir, self.step, resumed_from=self.resumed_from)
         log_every = cfg.logging.logging_steps
         eval_every = cfg.training.eval_steps if cfg.training.eval_strategy == "steps" else None
-        acc = torch.zeros(3, device=ctx.device)  # loss sum, label tokens, grad-norm sum (since the last log)
+        acc = torch.zeros(4, device=ctx.device)  # loss sum, label tokens, grad-norm sum, router-loss sum (since the log)
         tokens, steps_since, since = 0, 0, time.perf_counter()
         last_saved = None
         with MetricsLogger(self.output_dir, main=ctx.is_main, report_to=cfg.logging.report_to,
@@ -441,7 +456,7 @@ class Trainer:
                 lr = self.scheduler.get_last_lr()[0]
                 count, loss_sum, norm = self.train_step(batches, count)
                 self.step += 1
-                acc += torch.stack([loss_sum, count / ctx.world_size, norm])
+                acc += torch.stack([loss_sum, count / ctx.world_size, norm, self.step_router_aux.to(ctx.device)])
                 tokens += sum(_tokens(b) for b in batches)
                 steps_since += 1
                 log.advance(self.step)
@@ -515,10 +530,11 @@ class Trainer:
         """The metrics of the last interval: the one host sync (and all-reduce) per ``logging_steps``."""
         ctx = self.ctx
         global_acc = acc.clone()
-        global_acc[0:2] = ctx.all_reduce_sum(global_acc[0:2].contiguous())
+        global_acc[[0, 1, 3]] = ctx.all_reduce_sum(global_acc[[0, 1, 3]].contiguous())
         tok = ctx.all_reduce_sum(torch.tensor([float(tokens)], device=ctx.device))
-        loss_sum, count, norm_sum = global_acc.tolist()
-        return {"step": self.step, "loss": loss_sum / max(count, 1.0), "lr": lr, "grad_norm": norm_sum / steps,
+        loss_sum, count, norm_sum, aux_sum = global_acc.tolist()
+        router = {"aux_loss": aux_sum / (steps * ctx.world_size)} if self.router_coef else {}
+        return {"step": self.step, "loss": loss_sum / max(count, 1.0), **router, "lr": lr, "grad_norm": norm_sum / steps,
                 "label_tokens": int(count), "tokens_per_s": float(tok.item()) / ctx.sp_degree / max(seconds, 1e-9),
                 "epoch_progress": round(self.step / self.total, 4),
                 "samples_seen": self.skips[0], "skipped": self.skips[1]}
