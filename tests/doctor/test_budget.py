@@ -188,8 +188,11 @@ def test_cli_doctor_keeps_its_budget(startup) -> None:
     doc, wall = doctor("--bench-seconds", str(budget))
     assert wall < bound(startup, budget), (wall, startup)
     assert doc["bench"]["status"] == "measured" and doc["bench"]["seconds"] == budget
-    assert 0 < doc["bench"]["elapsed"] < 1.5 * budget + 1.0  # the measurement itself, however busy the machine
     [m] = doc["measurements"]
+    # The measurement itself stays within 1.5x its budget, plus the calls that may start before the deadline and
+    # end after it (one of each variant and pass, as measured: on a busy 2-core machine one bf16 conv call takes s)
+    last_calls = sum((m["forward_ms"] or {}).values()) + sum((m["train_ms"] or {}).values())
+    assert 0 < doc["bench"]["elapsed"] < 1.5 * budget + 1.0 + 2 * last_calls / 1000, (doc["bench"], m)
     assert isinstance(m["extrapolated"], bool) and m["complete"] == (m["note"] is None)
     assert (doc["bench"]["reason"] is None) == m["complete"]
     if m["complete"]:
