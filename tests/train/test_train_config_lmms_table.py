@@ -121,3 +121,14 @@ def test_docs_list_every_key_and_carry_the_generated_tables() -> None:
         assert f"`{entry.lmms}`" in text, entry.lmms
     assert mapping_table() in text, "docs/train.md mapping table is stale: python -m vlforge.config.doc_tables"
     assert schema_tables() in text, "docs/train.md schema tables are stale: python -m vlforge.config.doc_tables"
+
+
+def test_keys_lmms_engine_drops_are_warnings_and_a_typo_stays_an_error():
+    """Its own examples write model_config.torch_dtype / model_type, which its pydantic ModelConfig ignores."""
+    model = {"load_from_pretrained_path": "tiny:qwen3_vl", "torch_dtype": "bfloat16", "model_type": "qwen3_vl"}
+    result = translate({"model_config": model, "trainer_args": {"output_dir": "o"}}, "t.yaml")
+    assert not result.problems
+    assert sum("has no effect: LMMS Engine 0.1.4's ModelConfig has no such field" in w for w in result.warnings) == 2
+    typo = translate({"model_config": {**model, "atn_implementation": "sdpa"}, "trainer_args": {"output_dir": "o"}},
+                     "t.yaml")
+    assert any("did you mean 'attn_implementation'" in str(p) for p in typo.problems)

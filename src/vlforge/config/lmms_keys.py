@@ -248,6 +248,8 @@ REFUSED: dict[str, str] = {
 UNDECLARED: dict[str, str] = {
     "model_config.torch_dtype": "LMMS Engine 0.1.4's ModelConfig has no such field and drops it; the weights' "
                                 "dtype follows trainer_args.bf16 there and here",
+    "model_config.model_type": "LMMS Engine 0.1.4's ModelConfig has no such field and drops it; the checkpoint's "
+                               "config.json names the model there and here",
 }
 
 #: Values of a refused key that are accepted besides LMMS Engine's default (they ask for what vlforge does).
