@@ -61,7 +61,6 @@ def fsync_dir(directory: Path) -> None:
             os.close(fd)
 
 
-
 def cache_root() -> Path:
     """Root of everything vlforge caches (tiny and real-size presets, built tokenizers, data length sidecars):
     ``$VLFORGE_CACHE_DIR``, else ``$XDG_CACHE_HOME/vlforge``, else ``~/.cache/vlforge``."""
@@ -69,6 +68,24 @@ def cache_root() -> Path:
     if root:
         return Path(root).expanduser()
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "vlforge"
+
+
+@contextlib.contextmanager
+def file_lock(lock_path: Path) -> Iterator[None]:
+    """An exclusive advisory file lock, for cache entries several processes may build at once (no-op where
+    ``fcntl`` is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    with open(lock_path, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, writer: str | None = None) -> Path:
     """Write ``data`` to ``path`` through a fsynced temporary sibling and a rename, then fsync the directory.

@@ -138,6 +138,19 @@ def test_boundaries_read_like_the_varlen_attention():
         sample_bounds(torch.tensor([0, 12]), 9)
 
 
+def test_a_row_s_boundaries_are_read_once_per_forward_not_once_per_layer():
+    from vlforge.models import linear_attention as la
+
+    kwargs = _packed_kwargs()
+    first = la._row_of(kwargs, sum(LENGTHS))
+    assert la._row_of(kwargs, sum(LENGTHS)) is first  # the next layer of the same forward: no second host read
+    assert first.bounds == [(0, 37), (37, 107), (107, 110), (110, 240)]
+    again = la._row_of(_packed_kwargs(), sum(LENGTHS))  # the next batch: a new tensor, read anew
+    assert again is not first and again.bounds == first.bounds
+    seq_idx, cu = again.kernel_index(torch.device("cpu"))
+    assert seq_idx.dtype == torch.int32 and seq_idx.shape == (1, 240) and cu.tolist() == [0, 37, 107, 110, 240]
+
+
 def test_a_model_without_linear_attention_is_refused(models):
     with pytest.raises(ValueError, match="no Gated DeltaNet layer"):
         use_for_packed_rows(torch.nn.Sequential(torch.nn.Linear(2, 2)))

@@ -162,18 +162,24 @@ _GLM_TOKENS = (  # GLM-4.1V's own special tokens (tiny presets append them to th
     "<|image|>", "<|video|>",
 )
 
-# Qwen3.5: Qwen3-VL's vision tower without deepstack, a 3 Gated DeltaNet : 1 gated attention text stack, its own
-# 248k vocabulary; the processor and video processor are Qwen3-VL's (transformers' auto mappings).
-_QWEN3_5 = Family(
-    name="qwen3_5", title="Qwen3.5", modeling_module="transformers.models.qwen3_5.modeling_qwen3_5",
-    config_class="Qwen3_5Config", model_class="Qwen3_5ForConditionalGeneration",
-    inner_model_class="Qwen3_5Model", text_layer_class="Qwen3_5DecoderLayer",
-    vision_block_class="Qwen3_5VisionBlock", processor_class="Qwen3VLProcessor",
+_QWEN3_VL = Family(
+    name="qwen3_vl", title="Qwen3-VL", modeling_module="transformers.models.qwen3_vl.modeling_qwen3_vl",
+    config_class="Qwen3VLConfig", model_class="Qwen3VLForConditionalGeneration",
+    inner_model_class="Qwen3VLModel", text_layer_class="Qwen3VLTextDecoderLayer",
+    vision_block_class="Qwen3VLVisionBlock", processor_class="Qwen3VLProcessor",
     image_processor_class="Qwen2VLImageProcessorPil", image_resize_rule="image",
     stock_video_processor="Qwen3VLVideoProcessor",
     video_resize_rule="video", template="qwen3_chatml", image_processor=_QWEN3_IMAGE,
-    video_processor=_QWEN3_VIDEO, vision_defaults=_QWEN3_VISION, video_timestamps=True,
-    sequence_parallel=False, tokenizer="qwen3.5", linear_attention=True,
+    video_processor=_QWEN3_VIDEO, vision_defaults=_QWEN3_VISION, video_timestamps=True, deepstack=True,
+    lmms_labels=True,
+)
+# Qwen3.5: Qwen3-VL's vision tower without deepstack, a 3 Gated DeltaNet : 1 gated attention text stack, its own
+# 248k vocabulary; the processor and video processor are Qwen3-VL's (transformers' auto mappings).
+_QWEN3_5 = replace(
+    _QWEN3_VL, name="qwen3_5", title="Qwen3.5", modeling_module="transformers.models.qwen3_5.modeling_qwen3_5",
+    config_class="Qwen3_5Config", model_class="Qwen3_5ForConditionalGeneration", inner_model_class="Qwen3_5Model",
+    text_layer_class="Qwen3_5DecoderLayer", vision_block_class="Qwen3_5VisionBlock", deepstack=False,
+    sequence_parallel=False, lmms_labels=False, tokenizer="qwen3.5", linear_attention=True,
 )
 
 _RECORDS = (
@@ -198,29 +204,13 @@ _RECORDS = (
         video_processor=_QWEN2_VIDEO, vision_defaults=_QWEN2_VISION, default_system_prompt=True,
         rope_uses_seconds_per_grid=True, lmms_labels=True,
     ),
-    Family(
-        name="qwen3_vl", title="Qwen3-VL", modeling_module="transformers.models.qwen3_vl.modeling_qwen3_vl",
-        config_class="Qwen3VLConfig", model_class="Qwen3VLForConditionalGeneration",
-        inner_model_class="Qwen3VLModel", text_layer_class="Qwen3VLTextDecoderLayer",
-        vision_block_class="Qwen3VLVisionBlock", processor_class="Qwen3VLProcessor",
-        image_processor_class="Qwen2VLImageProcessorPil", image_resize_rule="image",
-        stock_video_processor="Qwen3VLVideoProcessor",
-        video_resize_rule="video", template="qwen3_chatml", image_processor=_QWEN3_IMAGE,
-        video_processor=_QWEN3_VIDEO, vision_defaults=_QWEN3_VISION, video_timestamps=True, deepstack=True,
-        lmms_labels=True,
-    ),
-    Family(
-        name="qwen3_vl_moe", title="Qwen3-VL-MoE",
-        modeling_module="transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe",
-        config_class="Qwen3VLMoeConfig", model_class="Qwen3VLMoeForConditionalGeneration",
-        inner_model_class="Qwen3VLMoeModel", text_layer_class="Qwen3VLMoeTextDecoderLayer",
-        vision_block_class="Qwen3VLMoeVisionBlock", processor_class="Qwen3VLProcessor",
-        image_processor_class="Qwen2VLImageProcessorPil", image_resize_rule="image",
-        stock_video_processor="Qwen3VLVideoProcessor",
-        video_resize_rule="video", template="qwen3_chatml", image_processor=_QWEN3_IMAGE,
-        video_processor=_QWEN3_VIDEO, vision_defaults=_QWEN3_VISION, video_timestamps=True, deepstack=True,
-        sequence_parallel=False, lmms_labels=True,
-    ),
+    _QWEN3_VL,
+    # Qwen3-VL-MoE: the same with sparse MoE text layers (no sequence parallelism yet).
+    replace(_QWEN3_VL, name="qwen3_vl_moe", title="Qwen3-VL-MoE",
+            modeling_module="transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe", config_class="Qwen3VLMoeConfig",
+            model_class="Qwen3VLMoeForConditionalGeneration", inner_model_class="Qwen3VLMoeModel",
+            text_layer_class="Qwen3VLMoeTextDecoderLayer", vision_block_class="Qwen3VLMoeVisionBlock",
+            sequence_parallel=False),
     _QWEN3_5,
     # Qwen3.5-MoE: the same stack with a sparse MoE block (routed experts plus a gated shared expert) in every layer.
     replace(_QWEN3_5, name="qwen3_5_moe", title="Qwen3.5-MoE",

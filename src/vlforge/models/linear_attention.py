@@ -33,6 +33,7 @@ import itertools
 import logging
 import sys
 import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,13 +65,44 @@ def sample_bounds(cu_seqlens: torch.Tensor, length: int) -> list[tuple[int, int]
     return bounds
 
 
-def _bounds_of(kwargs: dict[str, Any], length: int) -> list[tuple[int, int]] | None:
+@dataclass
+class _Row:
+    """The sample boundaries of the packed row being run, read from its boundary tensor once per forward: every
+    Gated DeltaNet layer gets the same tensor object, so the host sync (and the kernels' index tensors) happen once,
+    not once per layer."""
+
+    source: Any  # a weak reference to the boundary tensor these were read from
+    length: int
+    bounds: list[tuple[int, int]]
+    index: dict[Any, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    def kernel_index(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``seq_idx`` (1, T) int32 for causal-conv1d and ``cu_seqlens`` int64 for fla, on ``device``."""
+        if device not in self.index:
+            lengths = torch.tensor([b - a for a, b in self.bounds])
+            seq_idx = torch.repeat_interleave(torch.arange(len(self.bounds), dtype=torch.int32), lengths)
+            cu = torch.tensor([0, *(b for _, b in self.bounds)], dtype=torch.long)
+            self.index[device] = (seq_idx.reshape(1, -1).contiguous().to(device), cu.to(device))
+        return self.index[device]
+
+
+_LAST_ROW: list[_Row] = []
+
+
+def _row_of(kwargs: dict[str, Any], length: int) -> _Row | None:
     cu = kwargs.get("cu_seq_lens_q")
-    if cu is None and kwargs.get("seq_idx") is not None:  # per-token sample index (DataCollatorWithFlattening)
-        idx = kwargs["seq_idx"].reshape(-1)
+    source = cu if cu is not None else kwargs.get("seq_idx")  # or a per-token sample index (DataCollatorWithFlattening)
+    if source is None:
+        return None
+    if _LAST_ROW and _LAST_ROW[0].source() is source and _LAST_ROW[0].length == length:
+        return _LAST_ROW[0]
+    if cu is None:
+        idx = source.reshape(-1)
         starts = (torch.nonzero(idx[1:] != idx[:-1]).reshape(-1) + 1).tolist()
         cu = torch.tensor([0, *starts, idx.numel()])
-    return None if cu is None else sample_bounds(cu, length)
+    row = _Row(weakref.ref(source), length, sample_bounds(cu, length))
+    _LAST_ROW[:] = [row]
+    return row
 
 
 @dataclass(frozen=True)
@@ -111,32 +143,30 @@ def _kernel_path(x: torch.Tensor) -> bool:
     return x.is_cuda and kernels().usable
 
 
-def packed_causal_conv1d(module: torch.nn.Module, x: torch.Tensor, bounds: list[tuple[int, int]]) -> torch.Tensor:
+def packed_causal_conv1d(module: torch.nn.Module, x: torch.Tensor, row: _Row) -> torch.Tensor:
     """The layer's depthwise causal conv over ``x`` (1, C, T), with a zero left context at every sample start."""
     weight, bias = module.conv1d.weight.squeeze(1), module.conv1d.bias
     if _kernel_path(x):
-        lengths = torch.tensor([b - a for a, b in bounds], device=x.device)
-        seq_idx = torch.repeat_interleave(torch.arange(len(bounds), device=x.device, dtype=torch.int32), lengths)
+        seq_idx, _ = row.kernel_index(x.device)
         if x.stride(1) != 1:  # causal-conv1d takes seq_idx for a channel-last layout only
             x = x.transpose(1, 2).contiguous().transpose(1, 2)
-        return kernels().causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx.reshape(1, -1).contiguous(),
-                                          activation=module.activation)
+        return kernels().causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, activation=module.activation)
     conv = vars(sys.modules[type(module).__module__])["causal_conv1d_fn"]  # transformers' own (torch fallback)
-    return torch.cat([conv(x[:, :, a:b], weight, bias, activation=module.activation) for a, b in bounds], dim=2)
+    return torch.cat([conv(x[:, :, a:b], weight, bias, activation=module.activation) for a, b in row.bounds], dim=2)
 
 
 def packed_delta_rule(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      g: torch.Tensor, beta: torch.Tensor, bounds: list[tuple[int, int]]) -> torch.Tensor:
+                      g: torch.Tensor, beta: torch.Tensor, row: _Row) -> torch.Tensor:
     """The chunked gated delta rule over (1, T, H, D) inputs with a zero state at every sample start."""
     if _kernel_path(query):
-        cu = torch.tensor([0, *(b for _, b in bounds)], device=query.device, dtype=torch.long)
+        _, cu = row.kernel_index(query.device)
         out, _ = kernels().chunk_gated_delta_rule(query, key, value, g=g, beta=beta, initial_state=None,
                                                   output_final_state=False, use_qk_l2norm_in_kernel=True,
                                                   cu_seqlens=cu)
         return out
     rule = vars(sys.modules[type(module).__module__])["torch_chunk_gated_delta_rule"]
     pieces = [rule(query[:, a:b], key[:, a:b], value[:, a:b], g=g[:, a:b], beta=beta[:, a:b], initial_state=None,
-                   output_final_state=False, use_qk_l2norm_in_kernel=True)[0] for a, b in bounds]
+                   output_final_state=False, use_qk_l2norm_in_kernel=True)[0] for a, b in row.bounds]
     return torch.cat(pieces, dim=1)
 
 
@@ -144,9 +174,9 @@ def packed_forward(self: torch.nn.Module, hidden_states: torch.Tensor, cache: An
                    attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
     """The Gated DeltaNet forward with sample boundaries (see the module docstring)."""
     cache = kwargs.pop("cache_params", cache)  # the stock forward's older name
-    bounds = _bounds_of(kwargs, hidden_states.shape[1])
+    row = _row_of(kwargs, hidden_states.shape[1])
     rest = {k: v for k, v in kwargs.items() if k not in BOUNDARY_KEYS}
-    if bounds is None:
+    if row is None:
         return self._vlforge_stock_forward(hidden_states, cache=cache, attention_mask=attention_mask, **rest)
     if cache is not None:
         raise ValueError("a packed row (cu_seq_lens_q) is for training: run it with use_cache=False")
@@ -154,13 +184,13 @@ def packed_forward(self: torch.nn.Module, hidden_states: torch.Tensor, cache: An
         raise ValueError(f"a packed batch is one row, got {hidden_states.shape[0]}")
     stock = vars(sys.modules[type(self).__module__])
     hidden_states = stock["apply_mask_to_padding_states"](hidden_states, attention_mask)  # as the stock layer
-    return mix(self, hidden_states, bounds)
+    return mix(self, hidden_states, row)
 
 
-def mix(self: torch.nn.Module, hidden_states: torch.Tensor, bounds: list[tuple[int, int]]) -> torch.Tensor:
+def mix(self: torch.nn.Module, hidden_states: torch.Tensor, row: _Row) -> torch.Tensor:
     """Projections, the per-sample conv and delta rule, the gated norm and the output projection of one row."""
     batch, length, _ = hidden_states.shape
-    mixed = packed_causal_conv1d(self, self.in_proj_qkv(hidden_states).transpose(1, 2), bounds).transpose(1, 2)
+    mixed = packed_causal_conv1d(self, self.in_proj_qkv(hidden_states).transpose(1, 2), row).transpose(1, 2)
     z = self.in_proj_z(hidden_states).reshape(batch, length, -1, self.head_v_dim)
     b, a = self.in_proj_b(hidden_states), self.in_proj_a(hidden_states)
     query, key, value = torch.split(mixed, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
@@ -169,7 +199,7 @@ def mix(self: torch.nn.Module, hidden_states: torch.Tensor, bounds: list[tuple[i
     value = value.reshape(batch, length, -1, self.head_v_dim)
     beta = b.sigmoid()
     g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
-    core = packed_delta_rule(self, query, key, value, g, beta, bounds)
+    core = packed_delta_rule(self, query, key, value, g, beta, row)
     core = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
     return self.out_proj(core.reshape(batch, length, -1))
 

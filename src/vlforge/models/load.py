@@ -22,7 +22,6 @@ Example (CPU, a few seconds):
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
@@ -40,7 +39,7 @@ from vlforge.models import tiny
 from vlforge.models.compat import ensure_processor_support
 from vlforge.models.presets import PRESET_PREFIX, REAL_PREFIX, parse_preset
 from vlforge.models.refs import DTYPE_NAMES, local_checkpoint
-from vlforge.outputs import cache_root
+from vlforge.outputs import cache_root, file_lock
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +91,7 @@ def preset_path(preset: str) -> Path:
     name = path.name
     if not (path / tiny.MARKER).is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(path.parent / f".{name}.lock"):  # ranks of one job may ask at the same time
+        with file_lock(path.parent / f".{name}.lock"):  # ranks of one job may ask at the same time
             if not (path / tiny.MARKER).is_file():
                 logger.info("writing the tiny %s checkpoint of preset %s (once, a few seconds)", family, preset)
                 tiny.write_tiny(family, path, seed=seed, tie_word_embeddings=tied)
@@ -112,22 +111,6 @@ def _preset(preset: str) -> tuple[Path, str, int, bool]:
     return cache_root() / "tiny" / name, family, seed, tied
 
 
-@contextlib.contextmanager
-def _locked(lock_path: Path):
-    """An exclusive advisory file lock (no-op where ``fcntl`` is missing)."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        yield
-        return
-    with open(lock_path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 REAL_MARKER = "vlforge_real.json"
 
 
@@ -142,7 +125,7 @@ def real_preset_path(preset: str) -> Path:
     path = cache_root() / "real" / f"{name}-{hashlib.sha256(fingerprint.encode()).hexdigest()[:10]}"
     if not (path / REAL_MARKER).is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(path.parent / f".{path.name}.lock"):
+        with file_lock(path.parent / f".{path.name}.lock"):
             if not (path / REAL_MARKER).is_file():
                 from vlforge.outputs import staged_dir
 

@@ -27,7 +27,7 @@ import logging
 from pathlib import Path
 
 from vlforge.errors import ModelLoadError
-from vlforge.outputs import cache_root, staged_dir
+from vlforge.outputs import cache_root, file_lock, staged_dir
 
 logger = logging.getLogger(__name__)
 
@@ -143,10 +143,12 @@ def qwen3_5_tokenizer_dir() -> Path:
     digest = hashlib.sha256(ranks_file.read_bytes()).hexdigest()[:12]
     path = cache_root() / "tokenizers" / f"qwen3_5-{digest}"
     if not (path / "tokenizer.json").is_file():
-        logger.info("converting the Qwen3.5 tokenizer of %s (once, about 10 s)", QWEN3_5_TOKENIZER_PACKAGE)
         path.parent.mkdir(parents=True, exist_ok=True)
-        with staged_dir(path, writer="tokenizer") as staging:
-            build_qwen3_5_tokenizer(staging)
+        with file_lock(path.parent / f".{path.name}.lock"):  # processes of one job may ask at the same time
+            if not (path / "tokenizer.json").is_file():
+                logger.info("converting the Qwen3.5 tokenizer of %s (once, about 10 s)", QWEN3_5_TOKENIZER_PACKAGE)
+                with staged_dir(path, writer="tokenizer") as staging:
+                    build_qwen3_5_tokenizer(staging)
     return path
 
 
