@@ -44,10 +44,11 @@ bench: install
 WHEEL_PYTHON ?= 3.12
 WHEEL_PLATFORM ?=
 HOST_PACKAGES ?=
+WHEEL_EXTRAS ?=
 WHEEL_MAX_MB ?= 64
 wheelhouse: install
 	$(BIN)/python scripts/wheelhouse.py --out dist/wheelhouse --python-version $(WHEEL_PYTHON) --also pytest \
-		--max-mb $(WHEEL_MAX_MB) $(if $(HOST_PACKAGES),--host $(HOST_PACKAGES)) \
+		--max-mb $(WHEEL_MAX_MB) $(if $(HOST_PACKAGES),--host $(HOST_PACKAGES)) $(if $(WHEEL_EXTRAS),--extras $(WHEEL_EXTRAS)) \
 		$(foreach p,$(WHEEL_PLATFORM),--platform $(p))
 
 clean:

@@ -27,10 +27,11 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, record its exit
 }
 : > "$OUT/summary.txt"
 "$PY" -m pip list --format=freeze > "$OUT/host-packages.txt" 2>/dev/null
-# vlforge and what the wheelhouse was built to carry beside it (--also, e.g. pytest), no network
-ALSO=$("$PY" -c "import json, sys; print(' '.join(json.load(open(sys.argv[1]))['also']))" "$WHEELHOUSE/manifest.json")
+# vlforge with the extras the wheelhouse was built for (--extras, e.g. fla) and what it carries beside (--also)
+WANT=$("$PY" -c "import json, sys; m = json.load(open(sys.argv[1])); e = ','.join(m.get('extras', [])); \
+print(' '.join(['vlforge' + (f'[{e}]' if e else ''), *m['also']]))" "$WHEELHOUSE/manifest.json")
 if ! step install 300 "$PY" -m pip install --no-index --find-links "$WHEELHOUSE" --disable-pip-version-check \
-        vlforge $ALSO > "$OUT/install.log" 2>&1; then
+        $WANT > "$OUT/install.log" 2>&1; then
     tail -20 "$OUT/install.log"
     exit "$status"
 fi

@@ -156,6 +156,28 @@ def test_a_model_without_linear_attention_is_refused(models):
         use_for_packed_rows(torch.nn.Sequential(torch.nn.Linear(2, 2)))
 
 
+def _both_branches(model, monkeypatch, found) -> tuple[torch.Tensor, torch.Tensor]:
+    """The packed row's hidden states through the torch branch, then through the kernel branch with ``found`` as
+    the installed kernels (their device check included)."""
+    from vlforge.models import linear_attention as la
+
+    use_for_text(model)
+    patch = use_for_packed_rows(model)
+    try:
+        row = torch.cat(_samples())[None]
+        with torch.no_grad():
+            torch_branch = model.model(input_ids=row, position_ids=_positions(), use_cache=False,
+                                       **_packed_kwargs()).last_hidden_state
+            monkeypatch.setattr(la, "_FOUND", [found])
+            monkeypatch.setattr(la, "_CHECKED", {})
+            monkeypatch.setattr(la, "_kernel_device", lambda x: True)
+            kernel_branch = model.model(input_ids=row, position_ids=_positions(), use_cache=False,
+                                        **_packed_kwargs()).last_hidden_state
+    finally:
+        patch.restore()
+    return torch_branch, kernel_branch
+
+
 def test_the_kernel_branch_passes_each_kernel_its_packed_sequence_arguments(models, monkeypatch):
     """CUDA with causal-conv1d and fla: one conv call with ``seq_idx`` and one rule call with ``cu_seqlens`` per
     layer, in the layouts their interfaces document. Stand-ins check those contracts and compute per sample with
@@ -187,18 +209,100 @@ def test_the_kernel_branch_passes_each_kernel_its_packed_sequence_arguments(mode
                                                      use_qk_l2norm_in_kernel=True)[0] for a, b in itertools.pairwise(cu)]
         return torch.cat(out, dim=1), None
 
+    torch_branch, kernel_branch = _both_branches(model, monkeypatch,
+                                                 la.Kernels(causal_conv1d_fn=conv, chunk_gated_delta_rule=rule))
+    assert calls == {"conv": 2, "rule": 2}  # the device's one check, then one call per layer, not one per sample
+    torch.testing.assert_close(kernel_branch, torch_branch, atol=1e-10, rtol=1e-10)
+
+
+def test_fla_s_triton_conv_is_given_cu_seqlens_in_its_time_major_layout(models, monkeypatch):
+    """Without causal-conv1d, fla's own Triton ``causal_conv1d`` (x as (B, T, C), ``cu_seqlens``) runs the conv:
+    a stand-in checks that contract and computes per sample, so the row must equal the torch branch's."""
+    import sys
+
+    from vlforge.models import linear_attention as la
+
+    model = models("qwen3_5")
+    layer = next(m for m in model.modules() if la.is_gated_deltanet(m))
+    stock = vars(sys.modules[type(layer).__module__])
+    calls = []
+
+    def conv(x, weight, bias=None, activation=None, cu_seqlens=None, **kwargs):
+        calls.append(kwargs)
+        assert x.shape[0] == 1 and x.shape[2] == weight.shape[0], "fla's conv takes (B, T, C)"
+        assert cu_seqlens.dtype == torch.long and int(cu_seqlens[-1]) == x.shape[1]
+        pieces = [stock["causal_conv1d_fn"](x[:, a:b].transpose(1, 2), weight, bias, activation=activation)
+                  for a, b in itertools.pairwise(cu_seqlens.tolist())]
+        return torch.cat(pieces, dim=2).transpose(1, 2), None
+
+    torch_branch, kernel_branch = _both_branches(model, monkeypatch, la.Kernels(fla_causal_conv1d=conv))
+    assert calls == [{}, {}]  # the device's one check and the one layer's call, no initial or final state
+    torch.testing.assert_close(kernel_branch, torch_branch, atol=1e-10, rtol=1e-10)
+
+
+def test_a_kernel_that_fails_its_check_is_left_out_and_the_row_stays_exact(models, monkeypatch, caplog):
+    """The per-device check: a conv that ignores ``seq_idx`` (leaks across samples) and a rule that raises in its
+    backward (as fla does on Hopper with Triton 3.4-3.7.0) are both left out with a warning; the torch path runs."""
+    import sys
+
+    from vlforge.models import linear_attention as la
+
+    model = models("qwen3_5")
+    layer = next(m for m in model.modules() if la.is_gated_deltanet(m))
+    stock = vars(sys.modules[type(layer).__module__])
+
+    def leaking_conv(x, weight, bias=None, seq_idx=None, activation=None):
+        return stock["causal_conv1d_fn"].__wrapped__(x, weight, bias, activation=activation)
+
+    class Refuses(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q):
+            return q.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            raise RuntimeError("Triton >= 3.4.0 and < 3.7.1 on Hopper GPUs produces incorrect results")
+
+    def refusing_rule(q, k, v, g, beta, cu_seqlens=None, **kwargs):
+        return Refuses.apply(v), None
+
+    monkeypatch.setattr(la, "_FOUND", [la.Kernels(causal_conv1d_fn=leaking_conv, chunk_gated_delta_rule=refusing_rule)])
+    monkeypatch.setattr(la, "_CHECKED", {})
+    monkeypatch.setattr(la, "_kernel_device", lambda x: True)
     use_for_text(model)
     patch = use_for_packed_rows(model)
     try:
-        row = torch.cat(_samples())[None]
-        with torch.no_grad():
-            torch_branch = model.model(input_ids=row, position_ids=_positions(), use_cache=False,
-                                       **_packed_kwargs()).last_hidden_state
-            monkeypatch.setattr(la, "_FOUND", [la.Kernels(conv, rule)])
-            monkeypatch.setattr(la, "_kernel_path", lambda x: True)
-            kernel_branch = model.model(input_ids=row, position_ids=_positions(), use_cache=False,
-                                        **_packed_kwargs()).last_hidden_state
+        with caplog.at_level("WARNING", logger="vlforge.models.linear_attention"):
+            hidden, _, _ = _packed(model, _samples(), **_packed_kwargs())
     finally:
         patch.restore()
-    assert calls == {"conv": 1, "rule": 1}  # one call of each per Gated DeltaNet layer, not one per sample
-    torch.testing.assert_close(kernel_branch, torch_branch, atol=1e-10, rtol=1e-10)
+    assert la._CHECKED["cpu"] == la.Kernels()
+    warnings = " ".join(r.getMessage() for r in caplog.records)
+    assert "causal-conv1d's causal_conv1d_fn disagrees" in warnings and "chunk_gated_delta_rule does not run" in warnings
+    separate, _, _ = _separate(model, _samples())
+    for got, want in zip(hidden, separate, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
+def test_meta_memory_probes_run_the_torch_mixers_not_the_dispatched_kernels(monkeypatch):
+    """transformers' mixer functions dispatch to fla / causal-conv1d whenever those import, meta tensors included
+    (on a GPU host that launched Triton on null pointers: an illegal memory access at the trainer's next CUDA
+    call). The planner's meta probe must compute with the unwrapped torch functions."""
+    import functools
+    import sys
+
+    from vlforge.memory.probe import meta_model, text_layer_bytes
+    from vlforge.models import linear_attention as la
+    model = meta_model(load("tiny:qwen3_5").model.config, torch.bfloat16)
+    stock = sys.modules[type(next(m for m in model.modules() if la.is_gated_deltanet(m))).__module__]
+    for name in ("causal_conv1d_fn", "torch_chunk_gated_delta_rule"):
+        original = getattr(stock, name)
+
+        @functools.wraps(original)
+        def dispatched(*args, _name=name, **kwargs):
+            raise AssertionError(f"the {_name} kernel dispatch ran on meta tensors")
+
+        monkeypatch.setattr(stock, name, dispatched)
+    assert text_layer_bytes(model, 256, torch.bfloat16) > 0
+    with pytest.raises(AssertionError, match="kernel dispatch ran"):  # the dispatching functions are back
+        stock.causal_conv1d_fn(torch.zeros(1, 2, 3), torch.zeros(2, 4))

@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from vlforge.models.linear_attention import reference_mixers
+
 STANDIN = "vlforge_plan_standin"
 """Attention implementation name of the probes' stand-in (keeps nothing for the backward)."""
 
@@ -162,8 +164,9 @@ def text_layer_bytes(model: torch.nn.Module, length: int, dtype: torch.dtype, *,
     except (RuntimeError, ValueError, IndexError):
         cos, sin = owner.rotary_emb(hidden, positions[0])
     layer = layers[0]
-    return saved_bytes(layer, hidden, attention_mask=None, position_ids=positions,
-                       position_embeddings=(cos.detach(), sin.detach()))[0]
+    with reference_mixers(model):  # linear attention in torch: its kernels must never see meta tensors
+        return saved_bytes(layer, hidden, attention_mask=None, position_ids=positions,
+                           position_embeddings=(cos.detach(), sin.detach()))[0]
 
 
 def vision_block_bytes(model: torch.nn.Module, patches: int, dtype: torch.dtype) -> int:

@@ -8,11 +8,12 @@ sample starts). :func:`use_for_packed_rows` gives every Gated DeltaNet module of
 stock projections, gates, gated norm and output projection and splits only the two sequence mixers at the sample
 boundaries (the ``cu_seq_lens_q`` keyword vlforge passes for a packed row, as :mod:`vlforge.models.varlen` reads):
 
-- with CUDA tensors and both optional kernels installed (``causal-conv1d``, ``flash-linear-attention``): one
-  ``causal_conv1d_fn(..., seq_idx=)`` and one ``chunk_gated_delta_rule(..., cu_seqlens=)`` call per layer, the
-  kernels' own packed-sequence arguments;
-- anywhere else (CPU, or a kernel missing): transformers' own torch functions once per sample, each with a zero
-  conv context and a zero initial state, which is exactly the computation of separate forwards.
+- with CUDA tensors, each mixer through an optional kernel where one is installed, with the kernel's own
+  packed-sequence argument: the conv through ``causal_conv1d_fn(..., seq_idx=)`` (causal-conv1d) or else fla's
+  Triton ``causal_conv1d(..., cu_seqlens=)``, the delta rule through fla's ``chunk_gated_delta_rule(...,
+  cu_seqlens=)`` - one call per layer each;
+- anywhere else (CPU, or no kernel for that mixer): transformers' own torch functions once per sample, each with a
+  zero conv context and a zero initial state, which is exactly the computation of separate forwards.
 
 Without boundaries (an unpacked batch, generation with a cache) the stock forward runs. The change is on the module
 instances only (their class, other models and the checkpoint are untouched); :class:`LinearAttentionPatch.restore`
@@ -27,13 +28,16 @@ Example (CPU, seconds):
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import inspect
 import itertools
 import logging
 import sys
 import types
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +53,34 @@ BOUNDARY_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k
 def is_gated_deltanet(module: torch.nn.Module) -> bool:
     """A Gated DeltaNet token mixer of transformers (Qwen3.5, Qwen3.5-MoE): the class name says so."""
     return type(module).__name__.endswith("GatedDeltaNet")
+
+
+_MIXERS = ("causal_conv1d_fn", "causal_conv1d_update", "torch_chunk_gated_delta_rule",
+           "torch_recurrent_gated_delta_rule")
+"""The modeling module's sequence-mixer functions. transformers wraps each so that it dispatches to causal-conv1d
+or fla when those import - whatever the tensors' device, meta included."""
+
+
+def reference(module: torch.nn.Module, name: str) -> Any:
+    """transformers' own torch implementation of the mixer ``name`` of ``module``'s modeling module, unwrapped
+    from its kernel dispatch (so it computes in torch on any device, whatever is installed)."""
+    return inspect.unwrap(vars(sys.modules[type(module).__module__])[name])
+
+
+@contextlib.contextmanager
+def reference_mixers(model: torch.nn.Module) -> Iterator[int]:
+    """Within the block, the stock Gated DeltaNet layers of ``model`` compute with transformers' torch functions
+    (the meta-device memory probes need this: a Triton kernel launched on meta tensors writes through null
+    pointers on the current GPU). Yields how many modeling modules were switched; restores them on exit."""
+    modules = {sys.modules[type(m).__module__] for m in model.modules() if is_gated_deltanet(m)}
+    saved = [(mod, name, vars(mod)[name]) for mod in modules for name in _MIXERS if name in vars(mod)]
+    try:
+        for mod, name, fn in saved:
+            setattr(mod, name, inspect.unwrap(fn))
+        yield len(modules)
+    finally:
+        for mod, name, fn in saved:
+            setattr(mod, name, fn)
 
 
 def sample_bounds(cu_seqlens: torch.Tensor, length: int) -> list[tuple[int, int]]:
@@ -109,62 +141,180 @@ def _row_of(kwargs: dict[str, Any], length: int) -> _Row | None:
 class Kernels:
     """The optional CUDA kernels with packed-sequence arguments (None where not installed)."""
 
-    causal_conv1d_fn: Any = None
-    chunk_gated_delta_rule: Any = None
+    causal_conv1d_fn: Any = None  # causal-conv1d: (B, C, T) channel-last x, seq_idx
+    chunk_gated_delta_rule: Any = None  # fla: (B, T, H, D), cu_seqlens
+    fla_causal_conv1d: Any = None  # fla's Triton conv: (B, T, C), cu_seqlens
 
     @property
     def usable(self) -> bool:
-        return self.causal_conv1d_fn is not None and self.chunk_gated_delta_rule is not None
+        return self.conv is not None or self.chunk_gated_delta_rule is not None
+
+    @property
+    def conv(self) -> Any:
+        return self.causal_conv1d_fn or self.fla_causal_conv1d
+
+    def describe(self) -> str:
+        conv = ("causal-conv1d" if self.causal_conv1d_fn else "fla's Triton conv" if self.fla_causal_conv1d
+                else "torch per sample")
+        rule = "fla" if self.chunk_gated_delta_rule else "torch per sample"
+        return f"on CUDA: conv {conv}, delta rule {rule}; elsewhere torch per sample"
 
 
 _FOUND: list[Kernels] = []
 
 
+def _optional(module: str, name: str, package: str) -> Any:
+    """``module.name`` where ``module`` imports; a build for another torch/CUDA is absent, and said once."""
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        return None
+    try:
+        return getattr(importlib.import_module(module), name)
+    except Exception as error:
+        logger.warning("%s does not import here (%s); Gated DeltaNet uses the torch path for it", package, error)
+        return None
+
+
 def kernels() -> Kernels:
-    """``causal_conv1d.causal_conv1d_fn`` and fla's ``chunk_gated_delta_rule`` where they import (looked up once)."""
+    """causal-conv1d's ``causal_conv1d_fn`` and fla's ``chunk_gated_delta_rule`` and Triton ``causal_conv1d``
+    where they import (looked up once)."""
     if not _FOUND:
-        conv = rule = None
-        if importlib.util.find_spec("causal_conv1d") is not None:
-            try:
-                conv = importlib.import_module("causal_conv1d").causal_conv1d_fn
-            except Exception as error:  # a build for another torch/CUDA: absent, and said once
-                logger.warning("causal-conv1d does not import here (%s); Gated DeltaNet uses the torch path", error)
-        if importlib.util.find_spec("fla") is not None:
-            try:
-                rule = importlib.import_module("fla.ops.gated_delta_rule").chunk_gated_delta_rule
-            except Exception as error:
-                logger.warning("flash-linear-attention does not import here (%s); Gated DeltaNet uses the torch "
-                               "path", error)
-        _FOUND.append(Kernels(conv, rule))
+        _FOUND.append(Kernels(
+            causal_conv1d_fn=_optional("causal_conv1d", "causal_conv1d_fn", "causal-conv1d"),
+            chunk_gated_delta_rule=_optional("fla.ops.gated_delta_rule", "chunk_gated_delta_rule",
+                                             "flash-linear-attention"),
+            fla_causal_conv1d=_optional("fla.modules.causal_conv1d", "causal_conv1d", "flash-linear-attention")))
     return _FOUND[0]
 
 
-def _kernel_path(x: torch.Tensor) -> bool:
-    return x.is_cuda and kernels().usable
+def _kernel_device(x: torch.Tensor) -> bool:
+    """Whether ``x`` lives where the optional kernels run (CUDA)."""
+    return x.is_cuda
+
+
+_CHECK_LENGTHS = (37, 3, 90)  # a packed row crossing fla's 64-token chunk, with a sample shorter than the conv
+_CHECKED: dict[str, Kernels] = {}
+
+
+def kernels_on(module: torch.nn.Module, device: torch.device) -> Kernels:
+    """The kernels that passed their check on ``device`` (once per device and process): each found kernel runs a
+    small packed row of ``module``'s shapes forward and backward in float32 against transformers' torch function
+    per sample; one that raises or disagrees is left out, with one warning naming why (e.g. fla refuses its gated
+    backward on Hopper with Triton 3.4-3.7.0, a build for another CUDA does not launch)."""
+    key = str(device)
+    if key not in _CHECKED:
+        found = kernels()
+        _CHECKED[key] = Kernels(
+            causal_conv1d_fn=_passes("causal-conv1d's causal_conv1d_fn", found.causal_conv1d_fn,
+                                     lambda fn: _check_conv(module, device, fn, seq_idx=True)),
+            chunk_gated_delta_rule=_passes("fla's chunk_gated_delta_rule", found.chunk_gated_delta_rule,
+                                           lambda fn: _check_rule(module, device, fn)),
+            fla_causal_conv1d=_passes("fla's Triton causal_conv1d", found.fla_causal_conv1d,
+                                      lambda fn: _check_conv(module, device, fn, seq_idx=False)))
+        logger.info("Gated DeltaNet kernels on %s: %s", key, _CHECKED[key].describe())
+    return _CHECKED[key]
+
+
+def _passes(name: str, fn: Any, check: Any) -> Any:
+    if fn is None:
+        return None
+    try:
+        with torch.enable_grad(), torch.autocast("cuda", enabled=False), \
+                torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):  # outside any checkpointing
+            error = check(fn)
+    except Exception as exc:  # a kernel that cannot run here is left out, not fatal
+        logger.warning("%s does not run here (%s: %s); Gated DeltaNet uses the torch path for it", name,
+                       type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        return None
+    if error > 1e-2:
+        logger.warning("%s disagrees with transformers' torch function on a packed row (max relative error %.2e); "
+                       "Gated DeltaNet uses the torch path for it", name, error)
+        return None
+    return fn
+
+
+def _row_check(device: torch.device) -> tuple[list[tuple[int, int]], torch.Tensor, torch.Tensor]:
+    cu = torch.tensor([0, *itertools.accumulate(_CHECK_LENGTHS)], device=device)
+    seq_idx = torch.repeat_interleave(torch.arange(len(_CHECK_LENGTHS), device=device, dtype=torch.int32),
+                                      torch.tensor(_CHECK_LENGTHS, device=device))[None]
+    return list(itertools.pairwise(cu.tolist())), cu, seq_idx.contiguous()
+
+
+def _relative(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
+    return max(float((a.detach().float() - b.detach().float()).abs().max() / b.detach().float().abs().max().clamp_min(1e-6))
+               for a, b in zip(got, want, strict=True))
+
+
+def _check_conv(module: torch.nn.Module, device: torch.device, fn: Any, *, seq_idx: bool) -> float:
+    generator = torch.Generator(device=device).manual_seed(0)
+    channels, width = module.conv1d.weight.shape[0], module.conv1d.weight.shape[-1]
+    bounds, cu, idx = _row_check(device)
+    x = torch.randn(1, channels, cu[-1].item(), device=device, generator=generator, requires_grad=True)
+    w = torch.randn(channels, width, device=device, generator=generator, requires_grad=True)
+    if seq_idx:
+        out = fn(x.transpose(1, 2).contiguous().transpose(1, 2), w, None, seq_idx=idx, activation=module.activation)
+    else:
+        out = fn(x.transpose(1, 2), w, None, activation=module.activation, cu_seqlens=cu)[0].transpose(1, 2)
+    conv = reference(module, "causal_conv1d_fn")
+    want = torch.cat([conv(x[:, :, a:b], w, None, activation=module.activation) for a, b in bounds], dim=2)
+    grad = torch.randn(want.shape, device=device, generator=generator)
+    got_grads = torch.autograd.grad(out, (x, w), grad, retain_graph=True)
+    want_grads = torch.autograd.grad(want, (x, w), grad)
+    return _relative([out, *got_grads], [want, *want_grads])
+
+
+def _check_rule(module: torch.nn.Module, device: torch.device, fn: Any) -> float:
+    generator = torch.Generator(device=device).manual_seed(0)
+    bounds, cu, _ = _row_check(device)
+    length, hk, hv = int(cu[-1]), module.num_k_heads, module.num_v_heads
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device=device, generator=generator).requires_grad_()
+
+    q, k, v = rand(1, length, hk, module.head_k_dim), rand(1, length, hk, module.head_k_dim), \
+        rand(1, length, hv, module.head_v_dim)
+    g_in, b_in = rand(1, length, hv), rand(1, length, hv)
+    inputs = (q, k, v, g_in, b_in)
+    g, beta = -F.softplus(g_in), b_in.sigmoid()
+    out, _ = fn(q, k, v, g=g, beta=beta, initial_state=None, output_final_state=False,
+                use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+    rule = reference(module, "torch_chunk_gated_delta_rule")
+    want = torch.cat([rule(q[:, a:b], k[:, a:b], v[:, a:b], g=g[:, a:b], beta=beta[:, a:b], initial_state=None,
+                           output_final_state=False, use_qk_l2norm_in_kernel=True)[0] for a, b in bounds], dim=1)
+    grad = torch.randn(want.shape, device=device, generator=generator)
+    got_grads = torch.autograd.grad(out, inputs, grad, retain_graph=True)  # g and beta are shared
+    want_grads = torch.autograd.grad(want, inputs, grad)
+    return _relative([out, *got_grads], [want, *want_grads])
 
 
 def packed_causal_conv1d(module: torch.nn.Module, x: torch.Tensor, row: _Row) -> torch.Tensor:
     """The layer's depthwise causal conv over ``x`` (1, C, T), with a zero left context at every sample start."""
     weight, bias = module.conv1d.weight.squeeze(1), module.conv1d.bias
-    if _kernel_path(x):
+    found = kernels_on(module, x.device) if _kernel_device(x) else Kernels()
+    if found.causal_conv1d_fn is not None:
         seq_idx, _ = row.kernel_index(x.device)
         if x.stride(1) != 1:  # causal-conv1d takes seq_idx for a channel-last layout only
             x = x.transpose(1, 2).contiguous().transpose(1, 2)
-        return kernels().causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, activation=module.activation)
-    conv = vars(sys.modules[type(module).__module__])["causal_conv1d_fn"]  # transformers' own (torch fallback)
+        return found.causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, activation=module.activation)
+    if found.fla_causal_conv1d is not None:
+        _, cu = row.kernel_index(x.device)
+        out, _ = found.fla_causal_conv1d(x.transpose(1, 2), weight, bias, activation=module.activation,
+                                         cu_seqlens=cu)
+        return out.transpose(1, 2)
+    conv = reference(module, "causal_conv1d_fn")
     return torch.cat([conv(x[:, :, a:b], weight, bias, activation=module.activation) for a, b in row.bounds], dim=2)
 
 
 def packed_delta_rule(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                       g: torch.Tensor, beta: torch.Tensor, row: _Row) -> torch.Tensor:
     """The chunked gated delta rule over (1, T, H, D) inputs with a zero state at every sample start."""
-    if _kernel_path(query):
+    found = kernels_on(module, query.device) if _kernel_device(query) else Kernels()
+    if found.chunk_gated_delta_rule is not None:
         _, cu = row.kernel_index(query.device)
-        out, _ = kernels().chunk_gated_delta_rule(query, key, value, g=g, beta=beta, initial_state=None,
-                                                  output_final_state=False, use_qk_l2norm_in_kernel=True,
-                                                  cu_seqlens=cu)
+        out, _ = found.chunk_gated_delta_rule(query, key, value, g=g, beta=beta, initial_state=None,
+                                              output_final_state=False, use_qk_l2norm_in_kernel=True,
+                                              cu_seqlens=cu)
         return out
-    rule = vars(sys.modules[type(module).__module__])["torch_chunk_gated_delta_rule"]
+    rule = reference(module, "torch_chunk_gated_delta_rule")
     pieces = [rule(query[:, a:b], key[:, a:b], value[:, a:b], g=g[:, a:b], beta=beta[:, a:b], initial_state=None,
                    output_final_state=False, use_qk_l2norm_in_kernel=True)[0] for a, b in row.bounds]
     return torch.cat(pieces, dim=1)
@@ -232,7 +382,7 @@ def use_for_packed_rows(model: torch.nn.Module) -> LinearAttentionPatch:
         if "_vlforge_stock_forward" not in module.__dict__:
             module._vlforge_stock_forward = module.forward
             module.forward = types.MethodType(packed_forward, module)
-    path = "causal-conv1d + flash-linear-attention kernels on CUDA" if kernels().usable else "torch, per sample"
+    path = kernels().describe()
     logger.info("packed rows: %d Gated DeltaNet layer(s) restart their conv and state at each sample (%s)",
                 patch.count, path)
     return patch
