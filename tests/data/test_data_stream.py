@@ -256,3 +256,34 @@ def test_a_shard_left_without_records_says_so(make_processor, media_dir):
     assert next(DataStream(cfg, make_processor(), base_dir=media_dir, shard_id=0, num_shards=2))["input_ids"].numel()
     with pytest.raises(DataError, match=r"shard 1 of 2.*no usable sample"):
         next(DataStream(cfg, make_processor(), base_dir=media_dir, shard_id=1, num_shards=2))
+
+
+@pytest.mark.parametrize("mode", [
+    {"packing": True, "packing_length": 4000},  # one epoch's records fit one row: a row per epoch
+    {"packing": True, "packing_length": 160, "shuffle": True, "shuffle_buffer": 7, "shuffle_block": 4},
+    {"batch_size": 4, "group_by_length": True, "group_window": 12},
+])
+def test_no_row_or_length_window_holds_two_epochs(make_processor, tmp_path, mode):
+    """N records x E epochs give E passes: each batch's samples come from one epoch, each epoch holds every record
+    once, and a resume inside the second epoch continues exactly (as LMMS Engine and HF Trainer count epochs)."""
+    cfg = DataConfig(datasets=_dataset(tmp_path, n_a=10, n_b=6), seed=3, epochs=3, **mode)
+    proc = make_processor()
+    batches = _drain(DataStream(cfg, proc, base_dir=tmp_path))
+    passes, current, ends = [], [], []
+    for ids, _ in batches:
+        current.extend(ids)
+        if len(current) >= 16:  # a pass is complete: it must end on a batch boundary and hold every record once
+            passes.append(current)
+            ends.append(len(passes[-1]))
+            current = []
+    assert current == [] and ends == [16, 16, 16], ends
+    assert all(sorted(p) == sorted(passes[0]) for p in passes) and len(set(passes[0])) == 16
+    if mode.get("packing_length") == 4000:
+        assert len(batches) == 3  # the guide's case: 3 epochs of a small set are 3 rows, not one
+    sizes = [len(ids) for ids, _ in batches]
+    middle = next(i for i in range(len(sizes)) if sum(sizes[:i]) > 16)  # a resume point inside the second epoch
+    first = DataStream(cfg, proc, base_dir=tmp_path)
+    head = [(_ids(b), b["input_ids"].tolist()) for b in (next(first) for _ in range(middle))]
+    resumed = DataStream(cfg, proc, base_dir=tmp_path)
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert head + _drain(resumed) == batches

@@ -92,3 +92,22 @@ def test_guide_yaml_trains_unchanged(name, tmp_path, monkeypatch, caplog):
         assert frozen == set()
         assert not any(message.startswith("froze ") for message in messages)
     assert any("fsdp.transformer_layer_cls_to_wrap checked" in message for message in messages)
+
+
+def test_guide_epochs_over_a_small_set_are_one_pass_each(tmp_path):
+    """The Qwen2.5-VL guide with ``num_train_epochs=3`` over 8 records: three passes, as LMMS Engine and HF
+    Trainer count them (each epoch's records fit one 16384-token row, so one step per epoch), never one row
+    holding every record three times."""
+    config = HERE / "guide_configs" / "lmms_guide_qwen2_5_vl.yaml"
+    data = write_parquet_dataset(tmp_path / "data", rows=8)
+    out = tmp_path / "out"
+    overrides = ["model.load_from_pretrained_path=tiny:qwen2_5_vl", "processor.processor_name=tiny:qwen2_5_vl",
+                 f"data.datasets.0.path={data}", f"checkpointing.output_dir={out}", "training.num_train_epochs=3",
+                 "dataloader_num_workers=0", "logging.logging_steps=1", "logging.report_to=[]"]
+    done = CliRunner().invoke(app, ["train", str(config), *overrides])
+    assert done.exit_code == 0, done.output + repr(done.exception)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in records if "loss" in r]
+    assert [r["step"] for r in steps] == [1, 2, 3]
+    assert [r["epoch_progress"] for r in steps] == [pytest.approx(1 / 3, abs=1e-3), pytest.approx(2 / 3, abs=1e-3), 1.0]
+    assert [r["epoch"] for r in steps] == [1.0, 2.0, 3.0]

@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,11 +229,15 @@ def estimate_batches(config: DataConfig, processor: Any, *, base_dir: str | Path
     profile, cached, sidecar = cached_profile(config, processor, entries, sample)
     batches = []
     for shard in shards:
-        drawn = shard_draws(records * config.epochs, shard, num_shards)
-        admitted = round(drawn * profile.admitted_fraction)
+        per_epoch: Counter[int] = Counter()  # rows and length windows never span two epochs: count each on its own
+        for epoch in range(config.epochs):
+            drawn = (shard_draws((epoch + 1) * records, shard, num_shards)
+                     - shard_draws(epoch * records, shard, num_shards))
+            per_epoch[round(drawn * profile.admitted_fraction)] += 1
         if config.packing:  # one packed row (bin) per batch
-            batches.append(simulate_rows(profile.lengths, admitted, config, config.data_seed + shard))
+            batches.append(sum(times * simulate_rows(profile.lengths, admitted, config, config.data_seed + shard)
+                               for admitted, times in per_epoch.items()))
         else:
-            batches.append(padded_batches(admitted, config))
+            batches.append(sum(times * padded_batches(admitted, config) for admitted, times in per_epoch.items()))
     return BatchEstimate(batches, records, profile.sampled, profile.admitted_fraction, cached, sidecar,
                          profile.skipped)

@@ -91,6 +91,9 @@ class DataStream:
         self.finished = False
         self.reported = False
         self.ready: deque[list[Pending]] = deque()
+        self.group_epoch = self.mixture.epoch
+        """The epoch of the samples in the grouper: at the next epoch's first draw it is flushed, so no packed row
+        or length-group window holds samples of two epochs."""
         self._empty_pass = _EmptyPassGuard(self.mixture.epoch, fresh=True)
         if config.packing:
             self.grouper: Binner | LengthGrouper = Binner(config.packing_length, config.packing_strategy,
@@ -147,6 +150,9 @@ class DataStream:
                 self.ready.extend(self.grouper.flush())
                 self.finished = True
                 continue
+            if self.mixture.epoch != self.group_epoch:  # an epoch ends: its last rows go out on their own
+                self.ready.extend(self.grouper.flush())
+                self.group_epoch = self.mixture.epoch
             self.draws += 1
             if self.done and self.draws - 1 in self.done:
                 self.done.discard(self.draws - 1)  # used before a resume on another number of shards
@@ -203,7 +209,8 @@ class DataStream:
             buffer = {"items": [[p.ref, n] for p, n in g.items]}
         return copy.deepcopy({
             "version": 1, "shard_id": self.shard_id, "num_shards": self.num_shards,
-            "mixture": self.mixture.state_dict(), "draws": self.draws, "finished": self.finished,
+            "mixture": self.mixture.state_dict(), "group_epoch": self.group_epoch, "draws": self.draws,
+            "finished": self.finished,
             "done": sorted(self.done), "buffer": buffer, "ready": [[p.ref for p in group] for group in self.ready],
             "ledger": self.ledger.state_dict(), "stats": self.stats.to_dict(),
         })
@@ -214,6 +221,7 @@ class DataStream:
                             f"this stream is {self.shard_id}/{self.num_shards}")
         self.mixture.load_state_dict(state["mixture"])
         self.draws, self.finished, self.reported = state["draws"], state["finished"], False
+        self.group_epoch = int(state.get("group_epoch", self.mixture.epoch))  # states before epoch-bounded rows
         self.done = set(state.get("done", ()))
         rebuild = {}
 

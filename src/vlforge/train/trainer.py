@@ -516,8 +516,7 @@ class Trainer:
                                ledger.seen, 100 * ledger.share, 100 * limit, ledger.top(len(ledger.counts)), path)
             else:
                 logger.info("data: %d samples seen, none skipped; report: %s", ledger.seen, path)
-        log.log({"step": self.step, "epoch_progress": round(self.step / self.total, 4) if self.total else 0.0,
-                 "samples_seen": ledger.seen, "samples_used": ledger.seen - ledger.total,
+        log.log({"step": self.step, **self._progress(), "samples_seen": ledger.seen, "samples_used": ledger.seen - ledger.total,
                  "skipped": ledger.total, "skipped_share": round(ledger.share, 6),
                  "skipped_by_reason": dict(sorted(ledger.counts.items())), "data_report": DATA_REPORT})
         return ledger
@@ -536,8 +535,15 @@ class Trainer:
         router = {"aux_loss": aux_sum / (steps * ctx.world_size)} if self.router_coef else {}
         return {"step": self.step, "loss": loss_sum / max(count, 1.0), **router, "lr": lr, "grad_norm": norm_sum / steps,
                 "label_tokens": int(count), "tokens_per_s": float(tok.item()) / ctx.sp_degree / max(seconds, 1e-9),
-                "epoch_progress": round(self.step / self.total, 4),
-                "samples_seen": self.skips[0], "skipped": self.skips[1]}
+                **self._progress(), "samples_seen": self.skips[0], "skipped": self.skips[1]}
+
+    def _progress(self) -> dict[str, float]:
+        """``epoch_progress``: the share of the run's steps done; ``epoch`` (training by epochs): the epochs done,
+        as HF Trainer logs it (each epoch is its own pass: no packed row holds two)."""
+        share = self.step / self.total if self.total else 0.0
+        if self.cfg.training.max_steps is not None:
+            return {"epoch_progress": round(share, 4)}
+        return {"epoch_progress": round(share, 4), "epoch": round(share * self.cfg.training.num_train_epochs, 4)}
 
 
 def pin_batch(batch: dict[str, Any]) -> dict[str, Any]:
