@@ -141,6 +141,31 @@ def train_yaml(root: Path, name: str, *, data: str = "good.jsonl", output_dir: s
     return name
 
 
+def damaged_checkpoint(root: Path, damage: str) -> str:
+    """``out/checkpoint-3`` laid out and sealed as vlforge writes one (weights: a real DCP save of a one-tensor
+    model, which is 'another model' for every preset), then damaged; returns the resume override."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from vlforge import outputs
+
+    path = root / "out" / "checkpoint-3"
+    dcp.save({"model": {"other.weight": torch.zeros(2, 2)}, "optim": {}}, checkpoint_id=path / "weights",
+             no_dist=True)
+    torch.save({"rank": 0, "world_size": 1, "rng": {}, "data": {}}, path / "rank-0.pt")
+    (path / "trainer_state.json").write_text(json.dumps({"step": 3, "world_size": 1, "scheduler": {}}))
+    outputs.seal(path, writer="train")
+    if damage == "junk state":
+        (path / "trainer_state.json").write_text("{ half a file")
+    elif damage == "empty state":
+        (path / "trainer_state.json").write_text("")
+    elif damage == "missing shard":
+        next((path / "weights").glob("*.distcp")).unlink()
+    elif damage == "no ledger":
+        (path / outputs.LEDGER).unlink()
+    return f"checkpointing.resume={path}"
+
+
 # --------------------------------------------------------------------------- the table
 
 Argv = Callable[[Path], list[str]]
@@ -203,6 +228,14 @@ CASES: list[Case] = [
          lambda r: ["train", train_yaml(r, "t_filtered_ep.yaml", training={"max_steps": None, "num_train_epochs": 1},
                                         packing={"packing": False, "max_length": 4, "filter_overlong": True})],
          ("no usable sample", "overlong=")),
+    *[Case("train", f"resume from a checkpoint: {damage}",
+           lambda r, d=damage: ["train", train_yaml(r, f"t_{d.replace(' ', '_')}.yaml"), damaged_checkpoint(r, d)],
+           ("checkpointing.resume", "checkpoint-3", words))
+      for damage, words in (("junk state", "trainer_state.json is not JSON"),
+                            ("empty state", "trainer_state.json is not JSON (empty file)"),
+                            ("missing shard", "incomplete: weights/"),
+                            ("no ledger", "not written by vlforge"),
+                            ("another model's weights", "holds another model's weights"))],
     # extract
     Case("extract", "missing data", lambda r: ["extract", "--model", MISSING_MODEL, "--data", "gone.jsonl",
                                                "--out", "ex"], ("--data", "gone.jsonl", "not found")),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from trainkit import DATASET
 from vlforge.config.data import data_config
 from vlforge.config.schema import TrainConfig, TrainingConfig
 from vlforge.errors import ConfigError
+from vlforge.outputs import LEDGER
 from vlforge.train import checkpoint as ckpt
 from vlforge.train.model_setup import (
     _in_vision_tower,
@@ -118,16 +120,52 @@ def test_missing_grads_filled_with_zeros_only_for_trainable():
     assert torch.equal(unused.grad, torch.zeros(2)) and frozen.grad is None and torch.equal(used.grad, torch.ones(2))
 
 
+def _sealed_checkpoint(output_dir, step):
+    """A checkpoint directory laid out and sealed as save_checkpoint leaves one (tiny stand-in files)."""
+    from vlforge import outputs
+
+    path = output_dir / f"checkpoint-{step}"
+    (path / ckpt.WEIGHTS_DIR).mkdir(parents=True)
+    (path / ckpt.WEIGHTS_DIR / ".metadata").write_bytes(b"m" * 10)
+    (path / ckpt.WEIGHTS_DIR / "__0_0.distcp").write_bytes(b"w" * 100)
+    (path / "rank-0.pt").write_bytes(b"r" * 10)
+    (path / ckpt.STATE_FILE).write_text(json.dumps({"step": step, "world_size": 1, "scheduler": {}}))
+    outputs.seal(path, writer="train")
+    return path
+
+
 def test_resume_target(tmp_path):
     assert ckpt.resume_target("none", tmp_path) is None
     assert ckpt.resume_target("auto", tmp_path) is None
     (tmp_path / ".tmp-checkpoint-9").mkdir()  # an interrupted save is never resumed from
-    done = tmp_path / "checkpoint-4"
-    done.mkdir()
-    (done / ckpt.STATE_FILE).write_text(json.dumps({"step": 4}))
+    done = _sealed_checkpoint(tmp_path, 4)
+    assert ckpt.problem(done) is None
     assert ckpt.resume_target("auto", tmp_path) == done
+    assert ckpt.resume_target(str(done), tmp_path) == done
     with pytest.raises(ConfigError, match="is not a vlforge checkpoint"):
         ckpt.resume_target(str(tmp_path / "checkpoint-9"), tmp_path)
+
+
+@pytest.mark.parametrize(("damage", "says"), [
+    (lambda p: (p / ckpt.STATE_FILE).write_text("{not json"), "trainer_state.json is not JSON"),
+    (lambda p: (p / ckpt.STATE_FILE).write_text(""), "trainer_state.json is not JSON (empty file)"),
+    (lambda p: (p / ckpt.STATE_FILE).write_text('{"step": 9}'), "has no int 'world_size'"),
+    (lambda p: (p / ckpt.WEIGHTS_DIR / "__0_0.distcp").unlink(), r"incomplete: weights/__0_0.distcp is missing"),
+    (lambda p: (p / ckpt.WEIGHTS_DIR / "__0_0.distcp").write_bytes(b"w" * 7), "has 7 bytes, 100 when written"),
+    (lambda p: (p / LEDGER).unlink(), "not written by vlforge"),
+])
+def test_a_damaged_or_foreign_checkpoint_is_skipped_by_auto_and_refused_by_name(tmp_path, caplog, damage, says):
+    good = _sealed_checkpoint(tmp_path, 4)
+    bad = _sealed_checkpoint(tmp_path, 999)
+    damage(bad)
+    assert says in (ckpt.problem(bad) or ""), ckpt.problem(bad)
+    with caplog.at_level("WARNING", logger="vlforge.train.checkpoint"):
+        assert ckpt.resume_target("auto", tmp_path) == good
+    assert [r.getMessage() for r in caplog.records] == [
+        f"resume auto: skipping {bad}: {ckpt.problem(bad)} (left in place)"]
+    with pytest.raises(ConfigError, match=re.escape(f"checkpointing.resume: {bad}: ") + ".*" + re.escape(says)):
+        ckpt.resume_target(str(bad), tmp_path)
+    assert (bad / ckpt.STATE_FILE).exists() and good.is_dir()  # nothing deleted
 
 
 def test_remap_data_state_requeues_buffers_and_restarts_at_the_nearest_draw():

@@ -54,7 +54,8 @@ def quiet_single_process():
 
 
 def checkpoints(output_dir: Path) -> list[Path]:
-    """Complete checkpoints in ``output_dir``, oldest first."""
+    """Directories named ``checkpoint-STEP`` that hold a state file, oldest first (see :func:`problem` for
+    whether one can be resumed from)."""
     if not output_dir.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in output_dir.iterdir()
@@ -67,16 +68,88 @@ def latest_checkpoint(output_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def problem(path: Path) -> str | None:
+    """What keeps ``path`` from being resumed, in a few words, or None for a complete vlforge checkpoint: its
+    state file parses and holds a step, world size and scheduler state; vlforge sealed it (the ledger of written
+    files); every file the ledger lists is there at its size; every rank's state file and the weights' metadata
+    are there. Nothing is read beyond the ledger, the state file and file sizes."""
+    state_file = path / STATE_FILE
+    try:
+        state = json.loads(state_file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"no {STATE_FILE}"
+    except (OSError, UnicodeDecodeError) as error:
+        return f"{STATE_FILE} cannot be read ({error})"
+    except json.JSONDecodeError as error:
+        return f"{STATE_FILE} is not JSON ({'empty file' if not state_file.stat().st_size else error})"
+    if not isinstance(state, dict):
+        return f"{STATE_FILE} is not a JSON object"
+    for key, kind in (("step", int), ("world_size", int), ("scheduler", dict)):
+        if not isinstance(state.get(key), kind) or isinstance(state.get(key), bool):
+            return f"{STATE_FILE} has no {kind.__name__} {key!r}"
+    ledger = outputs.read_ledger(path)
+    if ledger is None or not ledger.get("sealed"):
+        return "not written by vlforge (no sealed ledger of its files)"
+    for name, entry in sorted(ledger["entries"].items()):
+        file = path / name
+        if not file.is_file():
+            return f"incomplete: {name} is missing"
+        if entry.get("size") is not None and file.stat().st_size != entry["size"]:
+            return f"incomplete: {name} has {file.stat().st_size} bytes, {entry['size']} when written"
+    needed = [f"rank-{r}.pt" for r in range(state["world_size"])] + [f"{WEIGHTS_DIR}/.metadata"]
+    missing = [name for name in needed if not (path / name).is_file()]
+    if missing:
+        return f"incomplete: {missing[0]} is missing"
+    return None
+
+
 def resume_target(resume: str, output_dir: Path) -> Path | None:
-    """The checkpoint ``checkpointing.resume`` points at (``auto``, ``none`` or a directory)."""
+    """The checkpoint ``checkpointing.resume`` points at (``auto``, ``none`` or a directory).
+
+    ``auto`` takes the newest checkpoint without a :func:`problem`, skipping each damaged or foreign one with a
+    warning (nothing is deleted); a named directory with a problem is a :class:`ConfigError` naming it."""
     if resume == "none":
         return None
     if resume == "auto":
-        return latest_checkpoint(output_dir)
+        for path in reversed(checkpoints(output_dir)):
+            found = problem(path)
+            if found is None:
+                return path
+            logger.warning("resume auto: skipping %s: %s (left in place)", path, found)
+        return None
     path = Path(resume)
     if not (path / STATE_FILE).is_file():
         raise ConfigError(f"checkpointing.resume: {path} is not a vlforge checkpoint (no {STATE_FILE})")
+    found = problem(path)
+    if found is not None:
+        raise ConfigError(f"checkpointing.resume: {path}: {found}")
     return path
+
+
+def check_same_model(path: Path, model_state: dict[str, Any]) -> None:
+    """Raise a :class:`ConfigError` when the checkpoint's weights are not this model's (names and shapes from
+    the DCP metadata against ``model_state``), instead of DCP's traceback half-way through loading."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        saved = FileSystemReader(str(path / WEIGHTS_DIR)).read_metadata().state_dict_metadata
+    except Exception as error:  # a damaged metadata file
+        raise ConfigError(f"checkpointing.resume: {path / WEIGHTS_DIR / '.metadata'} cannot be read "
+                          f"({type(error).__name__}: {error})") from None
+    shapes = {key[len("model."):]: tuple(getattr(meta, "size", ())) for key, meta in saved.items()
+              if key.startswith("model.")}
+    wanted = {key: tuple(value.shape) for key, value in model_state.items() if isinstance(value, torch.Tensor)}
+    missing = sorted(wanted.keys() - shapes.keys())
+    unexpected = sorted(shapes.keys() - wanted.keys())
+    resized = sorted(k for k in wanted.keys() & shapes.keys() if wanted[k] != shapes[k])
+    if missing or unexpected or resized:
+        detail = "; ".join(part for part in (
+            f"{len(missing)} of this model's tensors missing (e.g. {missing[0]})" if missing else "",
+            f"{len(unexpected)} not in this model (e.g. {unexpected[0]})" if unexpected else "",
+            f"{len(resized)} of another shape (e.g. {resized[0]}: {shapes[resized[0]]} saved, "
+            f"{wanted[resized[0]]} here)" if resized else "") if part)
+        raise ConfigError(f"checkpointing.resume: {path} holds another model's weights ({detail}); resume from "
+                          "a checkpoint of this model, or set checkpointing.resume: none with a new output_dir")
 
 
 def rng_state() -> dict[str, Any]:
@@ -143,6 +216,7 @@ def load_checkpoint(path: Path, ctx: DistContext, model: torch.nn.Module, optimi
 
     state = read_state(path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
+    check_same_model(path, model_sd)
     holder = {"model": model_sd, "optim": optim_sd}
     with quiet_single_process():
         dcp.load(holder, checkpoint_id=path / WEIGHTS_DIR, no_dist=not ctx.distributed)
