@@ -68,8 +68,9 @@ def test_missing_model_path_names_the_lmms_key(write_yaml) -> None:
 
 def test_unsupported_values_of_lmms_keys(write_yaml) -> None:
     base = "dataset_config: {dataset_path: d.yaml}\nmodel_config: {load_from_pretrained_path: m}\n"
-    with pytest.raises(ConfigValidationError, match=r"trainer_type: Input should be 'fsdp2_trainer'"):
-        load_config(write_yaml("trainer_type: hf_trainer\n" + base))
+    with pytest.raises(ConfigValidationError, match=r"trainer_type: 'deepspeed_trainer' is not a trainer vlforge "
+                                                    r"runs \(fsdp2_trainer, or hf_trainer read as it\)"):
+        load_config(write_yaml("trainer_type: deepspeed_trainer\n" + base))
     with pytest.raises(ConfigValidationError, match=r"trainer_args.eval_strategy: Input should be 'no' or 'steps'"):
         load_config(write_yaml(base + "trainer_args: {eval_strategy: epoch}\n"))
 
@@ -118,3 +119,16 @@ def test_mixed_layouts_are_one_error(write_yaml) -> None:
 def test_empty_native_section_means_defaults(write_yaml) -> None:
     cfg = load_config(write_yaml(MINIMAL + "training:\nprocessor:\n"))
     assert cfg.training.learning_rate == 1e-5 and cfg.processor.processor_name is None
+
+
+def test_hf_trainer_runs_on_the_fsdp2_trainer_with_a_warning_naming_what_differs(write_yaml) -> None:
+    """LMMS Engine's own load_from_pretrained example sets ``trainer_type: hf_trainer``."""
+    from vlforge.config.load import resolve_config
+
+    base = "dataset_config: {dataset_path: d.yaml}\nmodel_config: {load_from_pretrained_path: m}\n"
+    resolved = resolve_config(write_yaml("trainer_type: hf_trainer\n" + base))
+    assert resolved.config.trainer_type == "fsdp2_trainer"
+    [warning] = [w for w in resolved.warnings if w.startswith("trainer_type")]
+    assert 'trainer_type: "hf_trainer" is read as trainer_type: "fsdp2_trainer"' in warning
+    for differs in ("token mean over the whole optimizer step", "deepspeed is not used", "DCP checkpoints"):
+        assert differs in warning

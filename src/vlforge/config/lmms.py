@@ -107,6 +107,18 @@ def _processor_type(value: Any) -> Any:
                   "checkpoint's model_type")
 
 
+def _trainer_type(value: Any) -> Any:
+    if value == "hf_trainer":  # LMMS Engine's transformers.Trainer subclass: the same model, data and packing
+        return Nearest("fsdp2_trainer", "vlforge trains it with its FSDP2 trainer: the same model, data, packing "
+                       "and freezing, trainer_args.optim and lr_scheduler_type as vlforge honours them; the loss is "
+                       "a token mean over the whole optimizer step (as hf_trainer's num_items_in_batch); "
+                       "trainer_args.deepspeed is not used; checkpoints are vlforge's DCP checkpoints, not "
+                       "transformers' (docs/train.md, LMMS Engine configs)")
+    if value != "fsdp2_trainer":
+        raise ValueError(f"{value!r} is not a trainer vlforge runs (fsdp2_trainer, or hf_trainer read as it)")
+    return value
+
+
 def _max_steps(value: Any) -> Any:
     return None if value == -1 else value  # -1 is the transformers "unset" value
 
@@ -179,7 +191,8 @@ def _later(value: Any) -> Expand:
 
 #: The honoured keys: every LMMS Engine key vlforge maps, and where it goes. Order = docs order.
 KEY_TABLE: tuple[KeyMap, ...] = (
-    KeyMap("trainer_type", "trainer_type", "only `fsdp2_trainer`"),
+    KeyMap("trainer_type", "trainer_type", "`fsdp2_trainer`; `hf_trainer` runs on the same trainer with a warning "
+           "naming what differs (optimizer, DeepSpeed, checkpoint format)", _trainer_type),
     KeyMap("dataset_config.dataset_type", "data.streaming",
            "`vision`, `vision_iterable` -> false (vlforge streams every dataset and counts its steps, so "
            "`max_steps` is optional); `qwen3_vl_iterable` -> true (needs `max_steps`, as in the guide); others "

@@ -62,20 +62,26 @@ def check(path: str | Path, overrides: Iterable[str] = ()) -> ValidateReport:
     """Validate ``path`` with ``overrides``; never raises for a bad config (the report holds the problems).
 
     Settings ``vlforge train`` refuses on this machine (``model.lora`` without peft, ``training.fp16``)
-    are problems here too, with train's message, so validate and train agree; so is every data file,
+    are problems here too, with train's message, so validate and train agree; so is a model reference train
+    cannot resolve (an unknown ``tiny:``/``real:`` preset, a missing local checkpoint), and every data file,
     dataset YAML or media folder that does not exist (relative to the working directory).
     """
     try:
         resolved = resolve_config(path, overrides)
     except ConfigValidationError as error:
         return ValidateReport(str(path), problems=error.problems)
-    from vlforge.config.preflight import check_supported
-    from vlforge.errors import ConfigError
+    from vlforge.config.preflight import check_model, check_supported
+    from vlforge.errors import ConfigError, ModelLoadError
 
     try:
         check_supported(resolved.config)
     except ConfigError as error:
         return ValidateReport(str(path), problems=[Problem(resolved.origin, None, "", str(error))])
+    try:  # as train does before loading: a preset name, a local checkpoint or a hub id
+        check_model(resolved.config)
+    except (ConfigError, ModelLoadError) as error:
+        return ValidateReport(str(path), problems=[Problem(resolved.origin, None, "model.load_from_pretrained_path",
+                                                           str(error))])
     from vlforge.config.data_check import data_file_problems
 
     problems = data_file_problems(resolved.config, resolved.origin)
