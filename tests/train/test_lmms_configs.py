@@ -141,7 +141,7 @@ def test_lmms_qwen3_5_example_trains_packed_through_linear_attention(tmp_path, m
     assert published["packing"]["packing_strategy"] == "best_fit" and published["packing"]["packing_length"] == 32768
     assert published["video"]["video_min_pixels"] == 28800 and published["video"]["video_max_pixels"] == 360448
     assert any("model_config.torch_dtype" in w and "has no effect" in w for w in report["warnings"])
-    cfg = _train(name, tmp_path, monkeypatch, "packing.packing_length=2048", "dataloader_num_workers=0")
+    cfg = _train(name, tmp_path, monkeypatch, "packing.packing_length=640", "dataloader_num_workers=0")
     assert cfg["packing"]["packing"] is True and cfg["training"]["bf16"] is True
 
 

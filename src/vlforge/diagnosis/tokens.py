@@ -4,8 +4,9 @@ The doctor audits the model's own chat template (plus a reward format / regex / 
 the checkpoint *files* (the audit streams the embedding rows from safetensors; in-memory changes to
 the weights are not seen). The result goes to ``ModelInfo.extra["tokens"]`` as a :class:`TokensAudit`
 for the ``untrained-template-token*`` rules. An audit that cannot run becomes ``status="skipped"``
-with the reason, never an exception. Results are cached per process, keyed by the checkpoint's file
-sizes and mtimes, so a second doctor / guard on the same checkpoint costs nothing.
+with the reason, never an exception. Results are cached in the process and on disk (``cache_root()/token_audits``),
+keyed by the checkpoint's path, file names, sizes and mtimes, the options and a digest of the audit's code, so a
+second doctor / guard / training start on the same checkpoint costs nothing.
 
 Example:
     >>> from vlforge.diagnosis.tokens import TokenOptions, run_tokens_audit
@@ -15,6 +16,9 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import logging
 import os
 import re
@@ -121,6 +125,52 @@ def _cache_key(path: Path, options: TokenOptions) -> tuple[Any, ...]:
     return (str(path.resolve()), options, tuple(sorted((n, s.st_size, s.st_mtime_ns) for n, s in stats)))
 
 
+@functools.cache
+def _code_digest() -> str:
+    """A digest of the audit's own code: a cached result is never reused by another version of it."""
+    import vlforge.vocab
+
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for source in sorted(Path(vlforge.vocab.__file__).parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _disk_path(key: tuple[Any, ...]) -> Path:
+    from vlforge.outputs import cache_root
+
+    path, options, stats = key
+    text = json.dumps([path, options.format, options.reward_regex, list(options.tags), stats, _code_digest()])
+    return cache_root() / "token_audits" / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
+
+
+def _from_disk(key: tuple[Any, ...], options: TokenOptions) -> TokensAudit | None:
+    """The audit of the same files, options and code from an earlier process, or None."""
+    from vlforge.vocab import TokenFinding
+
+    try:
+        saved = json.loads(_disk_path(key).read_text(encoding="utf-8"))
+        return TokensAudit(saved["status"], saved["reason"], saved["checkpoint"], options,
+                           [TokenFinding.model_validate(f) for f in saved["findings"]], saved["alternatives"],
+                           saved["notes"], saved["template_skipped"])
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: audit again
+        return None
+
+
+def _to_disk(key: tuple[Any, ...], audit: TokensAudit) -> None:
+    from vlforge.outputs import atomic_write_json
+
+    payload = {"status": audit.status, "reason": audit.reason, "checkpoint": audit.checkpoint,
+               "findings": [f.model_dump(mode="json") for f in audit.findings], "alternatives": audit.alternatives,
+               "notes": audit.notes, "template_skipped": audit.template_skipped}
+    try:
+        path = _disk_path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, payload)
+    except OSError as error:  # a cache that cannot be written costs the next run an audit, nothing else
+        logger.debug("tokens audit not cached (%s)", error)
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
@@ -147,6 +197,10 @@ def run_tokens_audit(path: Path | None, options: TokenOptions) -> TokensAudit:
         return TokensAudit("skipped", f"cannot read {path}: {_first_line(error)}", str(path), options)
     if key in _CACHE:
         return _CACHE[key]
+    cached = _from_disk(key, options)
+    if cached is not None:
+        _CACHE[key] = cached
+        return cached
     from vlforge.vocab.templates import TemplateError
 
     template_skipped = None
@@ -168,9 +222,17 @@ def run_tokens_audit(path: Path | None, options: TokenOptions) -> TokensAudit:
         result = TokensAudit("audited", None, str(path), options, list(report.findings),
                              dict(report.rewritten.mapping), list(report.notes), template_skipped)
     _CACHE[key] = result
+    if result.status != "failed":  # an unexpected error is worth retrying; an audit or a refusal is not
+        _to_disk(key, result)
     return result
 
 
 def clear_cache() -> None:
-    """Forget cached audits (tests, or after rewriting a checkpoint in place with the same mtimes)."""
+    """Forget cached audits, in the process and on disk (tests, or after rewriting a checkpoint in place with the
+    same mtimes)."""
+    import shutil
+
+    from vlforge.outputs import cache_root
+
     _CACHE.clear()
+    shutil.rmtree(cache_root() / "token_audits", ignore_errors=True)

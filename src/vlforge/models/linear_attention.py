@@ -154,6 +154,8 @@ class Kernels:
         return self.causal_conv1d_fn or self.fla_causal_conv1d
 
     def describe(self) -> str:
+        if not self.usable:
+            return "torch per sample (neither causal-conv1d nor flash-linear-attention is usable here)"
         conv = ("causal-conv1d" if self.causal_conv1d_fn else "fla's Triton conv" if self.fla_causal_conv1d
                 else "torch per sample")
         rule = "fla" if self.chunk_gated_delta_rule else "torch per sample"
