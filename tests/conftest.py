@@ -10,16 +10,24 @@ from pathlib import Path
 import pytest
 import torch
 
-_CACHE_DIR = tempfile.mkdtemp(prefix="vlforge-test-cache-")
+_SHARED = "VLFORGE_TEST_SESSION_CACHE"
+"""Set by the main pytest process: its xdist workers inherit it and share one cache (presets are built under a
+file lock, cached audits written atomically), so each tiny preset is built once per run, not once per worker."""
+_WORKER = "PYTEST_XDIST_WORKER" in os.environ
+_CACHE_DIR = os.environ.get(_SHARED) if _WORKER and os.environ.get(_SHARED) else \
+    tempfile.mkdtemp(prefix="vlforge-test-cache-")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Tests never read or write the user's preset cache: ``tiny:FAMILY`` presets go to a session dir."""
     os.environ["VLFORGE_CACHE_DIR"] = _CACHE_DIR
+    if not _WORKER:
+        os.environ[_SHARED] = _CACHE_DIR
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
+    if not _WORKER or os.environ.get(_SHARED) != _CACHE_DIR:  # the main process removes the shared one
+        shutil.rmtree(_CACHE_DIR, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
