@@ -34,7 +34,7 @@ lint: install-dev
 # Two workers by default (the 2-core CI machine); TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
 test: install-dev lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=25
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=40
 
 bench: install
 	$(BIN)/python benchmarks/patch_embed.py
