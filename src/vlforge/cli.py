@@ -93,7 +93,7 @@ def _validated(config: Path, overrides: list[str]) -> Any:
     and exit 2."""
     from vlforge.config.validate import check
 
-    report = check(config, overrides)
+    report = check(config, overrides, model=False)  # each job checks its model after its output paths
     if not report.ok:
         for line in report.error_lines():
             typer.echo(f"error: {line}", err=True)

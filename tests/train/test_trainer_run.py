@@ -165,4 +165,5 @@ def test_shipped_example_config_trains_with_falling_loss(tmp_path, monkeypatch):
                  progress=False, export=False)
     assert result.steps == 6 and len(result.losses) == 2
     assert result.losses[1] < result.losses[0] - 0.3
-    assert result.data_report["skipped_total"] == 0 and result.data_report["packing"]["fill"] > 0.9
+    # each pass over the 10 example records ends with its own partly filled row (rows never span two epochs)
+    assert result.data_report["skipped_total"] == 0 and result.data_report["packing"]["fill"] > 0.5

@@ -192,7 +192,7 @@ def _later(value: Any) -> Expand:
 #: The honoured keys: every LMMS Engine key vlforge maps, and where it goes. Order = docs order.
 KEY_TABLE: tuple[KeyMap, ...] = (
     KeyMap("trainer_type", "trainer_type", "`fsdp2_trainer`; `hf_trainer` runs on the same trainer with a warning "
-           "naming what differs (optimizer, DeepSpeed, checkpoint format)", _trainer_type),
+           "naming what differs (loss normalisation, DeepSpeed, checkpoint format)", _trainer_type),
     KeyMap("dataset_config.dataset_type", "data.streaming",
            "`vision`, `vision_iterable` -> false (vlforge streams every dataset and counts its steps, so "
            "`max_steps` is optional); `qwen3_vl_iterable` -> true (needs `max_steps`, as in the guide); others "

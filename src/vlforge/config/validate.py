@@ -58,7 +58,7 @@ class ValidateReport:
         }
 
 
-def check(path: str | Path, overrides: Iterable[str] = ()) -> ValidateReport:
+def check(path: str | Path, overrides: Iterable[str] = (), *, model: bool = True) -> ValidateReport:
     """Validate ``path`` with ``overrides``; never raises for a bad config (the report holds the problems).
 
     Settings ``vlforge train`` refuses on this machine (``model.lora`` without peft, ``training.fp16``)
@@ -77,8 +77,9 @@ def check(path: str | Path, overrides: Iterable[str] = ()) -> ValidateReport:
         check_supported(resolved.config)
     except ConfigError as error:
         return ValidateReport(str(path), problems=[Problem(resolved.origin, None, "", str(error))])
-    try:  # as train does before loading: a preset name, a local checkpoint or a hub id
-        check_model(resolved.config)
+    try:  # as train does before loading (train and plan check it themselves, after the output paths: model=False)
+        if model:
+            check_model(resolved.config)
     except (ConfigError, ModelLoadError) as error:
         return ValidateReport(str(path), problems=[Problem(resolved.origin, None, "model.load_from_pretrained_path",
                                                            str(error))])
