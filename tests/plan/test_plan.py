@@ -91,6 +91,21 @@ def test_a_real_size_model_is_planned_without_its_weights():
     assert report.to_dict()["peak_bytes_per_rank"] == report.estimate.peak_bytes
 
 
+def test_the_lora_suggestion_adapts_the_family_s_own_projections():
+    """Qwen3.5's Gated DeltaNet layers (3 of every 4) project through in_proj_qkv / in_proj_z / out_proj: a LoRA
+    suggestion that named only q/k/v/o would leave them untouched."""
+    from vlforge.models.presets import preset_config
+
+    cfg = load_config(TINY, ["packing.packing_length=8192", "training.bf16=true",
+                             "model.load_from_pretrained_path=real:qwen3_5_9b"])
+    report = make_plan(cfg, gpus=1, gpu_memory=24 * 10**9, model_config=preset_config("real:qwen3_5_9b"))
+    [lora] = [s for s in report.suggestions if s.change.startswith("model.lora")]
+    assert all(name in lora.change for name in ("q_proj", "down_proj", "in_proj_qkv", "in_proj_z", "out_proj"))
+    assert lora.peak_bytes < report.estimate.peak_bytes
+    qwen3_vl = make_plan(load_config(TINY, ["training.bf16=true"]), gpus=1, gpu_memory=10**8)
+    assert any(s.change.startswith("model.lora") and "in_proj" not in s.change for s in qwen3_vl.suggestions)
+
+
 def test_cli_json_fits_and_suggestions():
     result = runner.invoke(app, ["plan", str(TINY), "--json", "--gpu-memory", "80GB"])
     assert result.exit_code == 0, result.output

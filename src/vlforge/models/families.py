@@ -123,6 +123,8 @@ class Family:
     linear_attention: bool = False
     """Text layers mix Gated DeltaNet linear attention with full attention (``layer_types``): packed rows need the
     boundary-aware forward of :mod:`vlforge.models.linear_attention`."""
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+    """The text layers' linear modules a LoRA suggestion adapts (the attention and MLP projections)."""
 
     @property
     def video_standin(self) -> str:
@@ -180,6 +182,7 @@ _QWEN3_5 = replace(
     config_class="Qwen3_5Config", model_class="Qwen3_5ForConditionalGeneration", inner_model_class="Qwen3_5Model",
     text_layer_class="Qwen3_5DecoderLayer", vision_block_class="Qwen3_5VisionBlock", deepstack=False,
     sequence_parallel=False, lmms_labels=False, tokenizer="qwen3.5", linear_attention=True,
+    lora_targets=(*_QWEN3_VL.lora_targets, "in_proj_qkv", "in_proj_z", "out_proj"),  # + the Gated DeltaNet's
 )
 
 _RECORDS = (

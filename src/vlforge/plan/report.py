@@ -112,10 +112,12 @@ def candidates(cfg: Any, model_config: Any, world: int) -> list[tuple[str, Any, 
                     "the vision tower keeps no gradients, optimizer state or activations"))
     if cfg.model.lora is None:
         from vlforge.config.schema import LoraConfig
+        from vlforge.models.families import FAMILIES, Family
 
-        lora = LoraConfig(r=16, alpha=32, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
-                                                          "up_proj", "down_proj"])
-        out.append(("model.lora: {r: 16, alpha: 32, target_modules: [q,k,v,o,gate,up,down]_proj}",
+        record = FAMILIES.get(getattr(model_config, "model_type", ""))
+        targets = list(record.lora_targets if record else Family.lora_targets)
+        lora = LoraConfig(r=16, alpha=32, target_modules=targets)
+        out.append((f"model.lora: {{r: 16, alpha: 32, target_modules: [{', '.join(targets)}]}}",
                     _update(cfg, "model", lora=lora), "trains adapters only: no full gradients or optimizer state"))
     return out
 
