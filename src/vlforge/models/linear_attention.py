@@ -207,11 +207,11 @@ def kernels_on(module: torch.nn.Module, device: torch.device) -> Kernels:
         found = kernels()
         _CHECKED[key] = Kernels(
             causal_conv1d_fn=_passes("causal-conv1d's causal_conv1d_fn", found.causal_conv1d_fn,
-                                     lambda fn: _check_conv(module, device, fn, seq_idx=True)),
+                                     lambda fn: _check_conv(module, device, Kernels(causal_conv1d_fn=fn))),
             chunk_gated_delta_rule=_passes("fla's chunk_gated_delta_rule", found.chunk_gated_delta_rule,
                                            lambda fn: _check_rule(module, device, fn)),
             fla_causal_conv1d=_passes("fla's Triton causal_conv1d", found.fla_causal_conv1d,
-                                      lambda fn: _check_conv(module, device, fn, seq_idx=False)))
+                                      lambda fn: _check_conv(module, device, Kernels(fla_causal_conv1d=fn))))
         logger.info("Gated DeltaNet kernels on %s: %s", key, _CHECKED[key].describe())
     return _CHECKED[key]
 
@@ -246,18 +246,14 @@ def _relative(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
                for a, b in zip(got, want, strict=True))
 
 
-def _check_conv(module: torch.nn.Module, device: torch.device, fn: Any, *, seq_idx: bool) -> float:
+def _check_conv(module: torch.nn.Module, device: torch.device, found: Kernels) -> float:
     generator = torch.Generator(device=device).manual_seed(0)
     channels, width = module.conv1d.weight.shape[0], module.conv1d.weight.shape[-1]
     bounds, cu, idx = _row_check(device)
     x = torch.randn(1, channels, cu[-1].item(), device=device, generator=generator, requires_grad=True)
     w = torch.randn(channels, width, device=device, generator=generator, requires_grad=True)
-    if seq_idx:
-        out = fn(x.transpose(1, 2).contiguous().transpose(1, 2), w, None, seq_idx=idx, activation=module.activation)
-    else:
-        out = fn(x.transpose(1, 2), w, None, activation=module.activation, cu_seqlens=cu)[0].transpose(1, 2)
-    conv = reference(module, "causal_conv1d_fn")
-    want = torch.cat([conv(x[:, :, a:b], w, None, activation=module.activation) for a, b in bounds], dim=2)
+    out = _kernel_conv(found, x, w, None, module.activation, idx, cu)
+    want = _torch_conv(module, x, w, None, bounds)
     grad = torch.randn(want.shape, device=device, generator=generator)
     got_grads = torch.autograd.grad(out, (x, w), grad, retain_graph=True)
     want_grads = torch.autograd.grad(want, (x, w), grad)
@@ -277,33 +273,57 @@ def _check_rule(module: torch.nn.Module, device: torch.device, fn: Any) -> float
     g_in, b_in = rand(1, length, hv), rand(1, length, hv)
     inputs = (q, k, v, g_in, b_in)
     g, beta = -F.softplus(g_in), b_in.sigmoid()
-    out, _ = fn(q, k, v, g=g, beta=beta, initial_state=None, output_final_state=False,
-                use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
-    rule = reference(module, "torch_chunk_gated_delta_rule")
-    want = torch.cat([rule(q[:, a:b], k[:, a:b], v[:, a:b], g=g[:, a:b], beta=beta[:, a:b], initial_state=None,
-                           output_final_state=False, use_qk_l2norm_in_kernel=True)[0] for a, b in bounds], dim=1)
+    out = _kernel_rule(fn, q, k, v, g, beta, cu)
+    want = _torch_rule(module, q, k, v, g, beta, bounds)
     grad = torch.randn(want.shape, device=device, generator=generator)
     got_grads = torch.autograd.grad(out, inputs, grad, retain_graph=True)  # g and beta are shared
     want_grads = torch.autograd.grad(want, inputs, grad)
     return _relative([out, *got_grads], [want, *want_grads])
 
 
+def _kernel_conv(found: Kernels, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 activation: str, seq_idx: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:
+    """``x`` (1, C, T) through causal-conv1d (``seq_idx``, channel-last) or else fla's Triton conv
+    (``cu_seqlens``, time-major)."""
+    if found.causal_conv1d_fn is not None:
+        if x.stride(1) != 1:  # causal-conv1d takes seq_idx for a channel-last layout only
+            x = x.transpose(1, 2).contiguous().transpose(1, 2)
+        return found.causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, activation=activation)
+    out, _ = found.fla_causal_conv1d(x.transpose(1, 2), weight, bias, activation=activation, cu_seqlens=cu)
+    return out.transpose(1, 2)
+
+
+def _torch_conv(module: torch.nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                bounds: list[tuple[int, int]]) -> torch.Tensor:
+    """transformers' torch conv once per sample (a zero left context at each start)."""
+    conv = reference(module, "causal_conv1d_fn")
+    return torch.cat([conv(x[:, :, a:b], weight, bias, activation=module.activation) for a, b in bounds], dim=2)
+
+
+def _kernel_rule(fn: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor,
+                 beta: torch.Tensor, cu: torch.Tensor) -> torch.Tensor:
+    out, _ = fn(query, key, value, g=g, beta=beta, initial_state=None, output_final_state=False,
+                use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+    return out
+
+
+def _torch_rule(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                g: torch.Tensor, beta: torch.Tensor, bounds: list[tuple[int, int]]) -> torch.Tensor:
+    """transformers' torch chunked delta rule once per sample (a zero state at each start)."""
+    rule = reference(module, "torch_chunk_gated_delta_rule")
+    return torch.cat([rule(query[:, a:b], key[:, a:b], value[:, a:b], g=g[:, a:b], beta=beta[:, a:b],
+                           initial_state=None, output_final_state=False, use_qk_l2norm_in_kernel=True)[0]
+                      for a, b in bounds], dim=1)
+
+
 def packed_causal_conv1d(module: torch.nn.Module, x: torch.Tensor, row: _Row) -> torch.Tensor:
     """The layer's depthwise causal conv over ``x`` (1, C, T), with a zero left context at every sample start."""
     weight, bias = module.conv1d.weight.squeeze(1), module.conv1d.bias
     found = kernels_on(module, x.device) if _kernel_device(x) else Kernels()
-    if found.causal_conv1d_fn is not None:
-        seq_idx, _ = row.kernel_index(x.device)
-        if x.stride(1) != 1:  # causal-conv1d takes seq_idx for a channel-last layout only
-            x = x.transpose(1, 2).contiguous().transpose(1, 2)
-        return found.causal_conv1d_fn(x, weight, bias, seq_idx=seq_idx, activation=module.activation)
-    if found.fla_causal_conv1d is not None:
-        _, cu = row.kernel_index(x.device)
-        out, _ = found.fla_causal_conv1d(x.transpose(1, 2), weight, bias, activation=module.activation,
-                                         cu_seqlens=cu)
-        return out.transpose(1, 2)
-    conv = reference(module, "causal_conv1d_fn")
-    return torch.cat([conv(x[:, :, a:b], weight, bias, activation=module.activation) for a, b in row.bounds], dim=2)
+    if found.conv is not None:
+        seq_idx, cu = row.kernel_index(x.device)
+        return _kernel_conv(found, x, weight, bias, module.activation, seq_idx, cu)
+    return _torch_conv(module, x, weight, bias, row.bounds)
 
 
 def packed_delta_rule(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -312,14 +332,8 @@ def packed_delta_rule(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     found = kernels_on(module, query.device) if _kernel_device(query) else Kernels()
     if found.chunk_gated_delta_rule is not None:
         _, cu = row.kernel_index(query.device)
-        out, _ = found.chunk_gated_delta_rule(query, key, value, g=g, beta=beta, initial_state=None,
-                                              output_final_state=False, use_qk_l2norm_in_kernel=True,
-                                              cu_seqlens=cu)
-        return out
-    rule = reference(module, "torch_chunk_gated_delta_rule")
-    pieces = [rule(query[:, a:b], key[:, a:b], value[:, a:b], g=g[:, a:b], beta=beta[:, a:b], initial_state=None,
-                   output_final_state=False, use_qk_l2norm_in_kernel=True)[0] for a, b in row.bounds]
-    return torch.cat(pieces, dim=1)
+        return _kernel_rule(found.chunk_gated_delta_rule, query, key, value, g, beta, cu)
+    return _torch_rule(module, query, key, value, g, beta, row.bounds)
 
 
 def packed_forward(self: torch.nn.Module, hidden_states: torch.Tensor, cache: Any = None,
