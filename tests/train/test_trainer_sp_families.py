@@ -1,4 +1,4 @@
-"""Ulysses SP for Qwen2.5-VL, Qwen2-VL and GLM-4V: SP=2 == one process, 2x2 end to end, resume, eval.
+"""Ulysses SP for Qwen2.5-VL, Qwen2-VL, GLM-4V and Qwen3.5: SP=2 == one process, 2x2 end to end, resume, eval.
 
 One ``torchrun`` launch (2 gloo ranks) runs every family's cases through the worker of
 test_trainer_sp.py; each test then computes the same batch's loss and gradients with SP=1 here.
@@ -30,6 +30,9 @@ ENTRIES = [
     # GLM-4V: no row with images and a video together (transformers 5.24's Glm4vModel counts video tokens as
     # image tokens and refuses such a batch, with or without SP).
     *(("glm4v", case) for case in ("image", "video")),
+    # Qwen3.5: its Gated DeltaNet layers split by heads too; one row (samples + the pad tail), padded rows, and a
+    # packed row under recomputation (the linear layers' all-to-alls run again in the backward).
+    *(("qwen3_5", case) for case in ("image", "padded", "packed_gc")),
 ]
 FAMILIES = sorted({family for family, _ in ENTRIES})
 
@@ -84,12 +87,28 @@ def test_eval_loss_under_sp2_equals_one_process(tmp_path, models):
 # -- fast -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("family", FAMILIES)
 def test_families_are_accepted_and_heads_checked(models, family):
+    from vlforge.config.parallel import sequence_parallel_heads
     from vlforge.errors import ConfigError
     from vlforge.models import load
 
     model = load(str(models[family]), processor=False).model
     text = text_model(model)
-    check_sequence_parallel(2, family=family, heads=text.config.num_attention_heads, world=2)
-    assert text.config.num_attention_heads == 4 and type(text).__name__.endswith("TextModel")
+    heads = sequence_parallel_heads(model.config)
+    check_sequence_parallel(2, family=family, world=2, **heads)
+    assert heads["heads"] == 4 and type(text).__name__.endswith("TextModel")
     with pytest.raises(ConfigError, match=r"sp_ulysses_degree: 3 does not divide the 4 attention heads"):
-        check_sequence_parallel(3, family=family, heads=text.config.num_attention_heads, world=3)
+        check_sequence_parallel(3, family=family, world=3, **heads)
+    if family == "qwen3_5":  # 4 attention heads take 4 ranks, its 2 Gated DeltaNet key heads do not
+        assert heads["linear_key_heads"] == 2
+        with pytest.raises(ConfigError, match=r"4 does not divide the 2 key heads of the text model's Gated DeltaNet"):
+            check_sequence_parallel(4, family=family, world=4, **heads)
+    else:
+        assert heads["linear_key_heads"] is None
+
+
+def test_moe_families_are_refused_in_one_line():
+    from vlforge.errors import ConfigError
+
+    for family in ("qwen3_vl_moe", "qwen3_5_moe"):
+        with pytest.raises(ConfigError, match=rf"not supported for model family '{family}'.*qwen3_5"):
+            check_sequence_parallel(2, family=family, heads=4, world=2)

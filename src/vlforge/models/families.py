@@ -181,7 +181,7 @@ _QWEN3_5 = replace(
     _QWEN3_VL, name="qwen3_5", title="Qwen3.5", modeling_module="transformers.models.qwen3_5.modeling_qwen3_5",
     config_class="Qwen3_5Config", model_class="Qwen3_5ForConditionalGeneration", inner_model_class="Qwen3_5Model",
     text_layer_class="Qwen3_5DecoderLayer", vision_block_class="Qwen3_5VisionBlock", deepstack=False,
-    sequence_parallel=False, lmms_labels=False, tokenizer="qwen3.5", linear_attention=True,
+    lmms_labels=False, tokenizer="qwen3.5", linear_attention=True,
     lora_targets=(*_QWEN3_VL.lora_targets, "in_proj_qkv", "in_proj_z", "out_proj"),  # + the Gated DeltaNet's
 )
 
@@ -219,7 +219,8 @@ _RECORDS = (
     replace(_QWEN3_5, name="qwen3_5_moe", title="Qwen3.5-MoE",
             modeling_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe", config_class="Qwen3_5MoeConfig",
             model_class="Qwen3_5MoeForConditionalGeneration", inner_model_class="Qwen3_5MoeModel",
-            text_layer_class="Qwen3_5MoeDecoderLayer", vision_block_class="Qwen3_5MoeVisionBlock"),
+            text_layer_class="Qwen3_5MoeDecoderLayer", vision_block_class="Qwen3_5MoeVisionBlock",
+            sequence_parallel=False),
     Family(
         name="glm4v", title="GLM-4.1V", modeling_module="transformers.models.glm4v.modeling_glm4v",
         config_class="Glm4vConfig", model_class="Glm4vForConditionalGeneration",

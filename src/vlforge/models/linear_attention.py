@@ -316,9 +316,24 @@ def _torch_rule(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                       for a, b in bounds], dim=1)
 
 
-def packed_causal_conv1d(module: torch.nn.Module, x: torch.Tensor, row: _Row) -> torch.Tensor:
-    """The layer's depthwise causal conv over ``x`` (1, C, T), with a zero left context at every sample start."""
+def row_of_bounds(bounds: list[tuple[int, int]]) -> _Row:
+    """The row of the given sample bounds (reused while the same bounds come again, as every layer of a forward
+    sees them: the kernels' index tensors are then built once per forward)."""
+    bounds = [(int(a), int(b)) for a, b in bounds]
+    if _LAST_ROW and _LAST_ROW[0].bounds == bounds:
+        return _LAST_ROW[0]
+    row = _Row(lambda: None, bounds[-1][1], bounds)
+    _LAST_ROW[:] = [row]
+    return row
+
+
+def packed_causal_conv1d(module: torch.nn.Module, x: torch.Tensor, row: _Row,
+                         channels: torch.Tensor | None = None) -> torch.Tensor:
+    """The layer's depthwise causal conv over ``x`` (1, C, T), with a zero left context at every sample start;
+    ``channels``: the indices of the layer's conv channels ``x`` holds (all of them when None)."""
     weight, bias = module.conv1d.weight.squeeze(1), module.conv1d.bias
+    if channels is not None:
+        weight, bias = weight[channels], None if bias is None else bias[channels]
     found = kernels_on(module, x.device) if _kernel_device(x) else Kernels()
     if found.conv is not None:
         seq_idx, cu = row.kernel_index(x.device)

@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from vlforge.config.parallel import check_sequence_parallel
+from vlforge.config.parallel import check_sequence_parallel, sequence_parallel_heads
 from vlforge.memory.estimate import MemoryEstimate, estimate_memory
 from vlforge.memory.verdict import human
 from vlforge.models.families import supports
@@ -77,10 +77,6 @@ def _update(cfg: Any, section: str | None, **values: Any) -> Any:
     return cfg.model_copy(update={section: getattr(cfg, section).model_copy(update=values)})
 
 
-def _text_heads(model_config: Any) -> int:
-    return model_config.get_text_config().num_attention_heads
-
-
 def candidates(cfg: Any, model_config: Any, world: int) -> list[tuple[str, Any, str]]:
     """``(change, changed config, why)`` for every cheap change that applies to ``cfg``, cheapest first."""
     out = []
@@ -94,10 +90,10 @@ def candidates(cfg: Any, model_config: Any, world: int) -> list[tuple[str, Any, 
         out.append(("model.gradient_checkpointing: true", _update(cfg, "model", gradient_checkpointing=True),
                     "keeps one layer's activations instead of all (about a third more compute)"))
     family = getattr(model_config, "model_type", "")
-    heads = _text_heads(model_config)
+    heads = [n for n in sequence_parallel_heads(model_config).values() if n is not None]
     for degree in (2, 4, 8):
         if degree > cfg.sp_ulysses_degree and supports(family, "sequence_parallel") and world % degree == 0 \
-                and heads % degree == 0:
+                and all(n % degree == 0 for n in heads):
             out.append((f"sp_ulysses_degree: {degree}", _update(cfg, None, sp_ulysses_degree=degree),
                         f"each rank holds 1/{degree} of the sequence in the text layers"))
             break
@@ -132,7 +128,7 @@ def make_plan(cfg: Any, *, gpus: int = 1, nodes: int = 1, gpu_memory: int | None
     if model_config is None:
         model_config = load_model_config(cfg.model.load_from_pretrained_path)
     check_sequence_parallel(cfg.sp_ulysses_degree, family=getattr(model_config, "model_type", ""), world=world,
-                            heads=_text_heads(model_config), processes="GPU(s) of the plan (--gpus x --nodes)")
+                            processes="GPU(s) of the plan (--gpus x --nodes)", **sequence_parallel_heads(model_config))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if gpu_memory is not None:
         device_bytes, note = gpu_memory, "--gpu-memory"

@@ -1,4 +1,4 @@
-"""Ulysses sequence parallelism (``sp_ulysses_degree``) for Qwen3-VL, Qwen2.5-VL, Qwen2-VL and GLM-4V.
+"""Ulysses sequence parallelism (``sp_ulysses_degree``) for Qwen3-VL, Qwen2.5-VL, Qwen2-VL, GLM-4V and Qwen3.5.
 
 The ``W`` processes form a ``(dp, sp)`` device mesh, ``dp = W / sp``; the ``sp`` ranks of a group are
 consecutive (rank ``d * sp + s``) and read the same batches (the data is sharded by the dp rank only).
@@ -18,7 +18,8 @@ One forward of a group:
 3. every text attention layer calls :func:`ulysses_attention`: an all-to-all turns the sequence
    shard of q, k and v into a head shard of the whole sequence, causal SDPA runs per sample (one
    row, grouped k/v heads used as they are) or under a block-causal mask (padded rows), never
-   across samples or pads, and a second all-to-all turns the result back;
+   across samples or pads, and a second all-to-all turns the result back (Qwen3.5's Gated DeltaNet layers split
+   by heads the same way: :mod:`vlforge.train.sp_linear`);
 4. each rank projects only its shard's label positions through ``lm_head``; the loss is the sum of
    those token losses, and dividing by the label count summed over all ranks (every rank counts
    only its shard: :func:`shard_label_count`) gives the same loss and gradients as one process.

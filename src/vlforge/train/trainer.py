@@ -48,6 +48,7 @@ from vlforge.config.schema import TrainConfig
 from vlforge.data.errors import SkipLedger, SkipWarnings, limit_error, over_limit
 from vlforge.dist import DistContext, init_distributed
 from vlforge.errors import ConfigError, DataError
+from vlforge.models.families import supports
 from vlforge.outputs import atomic_write_json
 from vlforge.train import checkpoint as ckpt
 from vlforge.train.data_setup import RankData, open_stream, processor_for
@@ -61,6 +62,7 @@ from vlforge.train.sp import (
     shard_label_count,
     sp_token_loss_sum,
 )
+from vlforge.train.sp_linear import split_linear_attention
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +229,8 @@ class Trainer:
         # --- sequence parallelism (vlforge.train.sp): sp ranks of a group share the data shard ---
         if cfg.sp_ulysses_degree > 1:
             self.sp = setup_sequence_parallel(self.model, cfg.sp_ulysses_degree, ctx)
+            if supports(self.tm.loaded.family, "linear_attention"):
+                split_linear_attention(self.model, self.sp)  # Gated DeltaNet layers by heads too
             ctx.sp_degree = cfg.sp_ulysses_degree
         self.data_cfg = data_config(cfg)
         self.processor = processor_for(cfg, self.tm.loaded, self.data_cfg)
@@ -249,12 +253,12 @@ class Trainer:
         """The parallel layout against the model's config and this run's processes, before any weight loads."""
         degree = self.cfg.sp_ulysses_degree
         if degree > 1:
-            from vlforge.config.parallel import check_sequence_parallel
+            from vlforge.config.parallel import check_sequence_parallel, sequence_parallel_heads
             from vlforge.models.load import load_model_config
 
             model_config = load_model_config(self.cfg.model.load_from_pretrained_path)
             check_sequence_parallel(degree, family=model_config.model_type, world=self.ctx.world_size,
-                                    heads=model_config.get_text_config().num_attention_heads)
+                                    **sequence_parallel_heads(model_config))
 
     def plan_verdict(self) -> None:
         """Log the memory plan's one-line verdict (a warning when the estimate exceeds the free memory here)."""
