@@ -111,6 +111,8 @@ class Family:
     """Path of the vision tower module in the ``*ForConditionalGeneration`` model."""
     sequence_parallel: bool = True
     """Ulysses sequence parallelism is implemented (``sp_ulysses_degree`` > 1)."""
+    sequence_parallel_gap: str = ""
+    """Why it is not, where ``sequence_parallel`` is False (the refusal says so)."""
     lmms_labels: bool = False
     """``data.label_mode: lmms`` reproduces LMMS Engine 0.1.4's template and masking for it."""
     added_tokens: tuple[str, ...] = ()
@@ -185,6 +187,9 @@ _QWEN3_5 = replace(
     lora_targets=(*_QWEN3_VL.lora_targets, "in_proj_qkv", "in_proj_z", "out_proj"),  # + the Gated DeltaNet's
 )
 
+_MOE_SP_GAP = ("the router's load-balancing loss is a statistic over the whole batch's tokens, and splitting it over "
+               "sequence shards is not implemented")
+
 _RECORDS = (
     Family(
         name="qwen2_vl", title="Qwen2-VL", modeling_module="transformers.models.qwen2_vl.modeling_qwen2_vl",
@@ -208,19 +213,19 @@ _RECORDS = (
         rope_uses_seconds_per_grid=True, lmms_labels=True,
     ),
     _QWEN3_VL,
-    # Qwen3-VL-MoE: the same with sparse MoE text layers (no sequence parallelism yet).
+    # Qwen3-VL-MoE: the same with sparse MoE text layers.
     replace(_QWEN3_VL, name="qwen3_vl_moe", title="Qwen3-VL-MoE",
             modeling_module="transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe", config_class="Qwen3VLMoeConfig",
             model_class="Qwen3VLMoeForConditionalGeneration", inner_model_class="Qwen3VLMoeModel",
             text_layer_class="Qwen3VLMoeTextDecoderLayer", vision_block_class="Qwen3VLMoeVisionBlock",
-            sequence_parallel=False),
+            sequence_parallel=False, sequence_parallel_gap=_MOE_SP_GAP),
     _QWEN3_5,
     # Qwen3.5-MoE: the same stack with a sparse MoE block (routed experts plus a gated shared expert) in every layer.
     replace(_QWEN3_5, name="qwen3_5_moe", title="Qwen3.5-MoE",
             modeling_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe", config_class="Qwen3_5MoeConfig",
             model_class="Qwen3_5MoeForConditionalGeneration", inner_model_class="Qwen3_5MoeModel",
             text_layer_class="Qwen3_5MoeDecoderLayer", vision_block_class="Qwen3_5MoeVisionBlock",
-            sequence_parallel=False),
+            sequence_parallel=False, sequence_parallel_gap=_MOE_SP_GAP),
     Family(
         name="glm4v", title="GLM-4.1V", modeling_module="transformers.models.glm4v.modeling_glm4v",
         config_class="Glm4vConfig", model_class="Glm4vForConditionalGeneration",
