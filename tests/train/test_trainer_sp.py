@@ -39,12 +39,16 @@ CASES = {
     # A packed row with recomputation: the all-to-alls run again inside the backward.
     "packed_gc": {"packing": {"packing": True, "packing_length": 400}, "model": {"gradient_checkpointing": True}},
 }
+#: Mixture-of-experts cases: the router's load-balancing loss on (a whole-sequence statistic, summed over the group).
+_ROUTER = {"model": {"overwrite_config": {"output_router_logits": True, "router_aux_loss_coef": 0.02}}}
+CASES |= {f"router_{case}": {**CASES[case], **_ROUTER} for case in ("packed", "padded")}
 
 #: Qwen3-VL's cases (its packed row holds the video).
 QWEN3_CASES = ("image", "packed", "padded", "packed_gc")
 
 
 def _wanted(case: str, batch: dict[str, Any]) -> bool:
+    case = case.removeprefix("router_")
     if case == "image":
         return "pixel_values" in batch
     if case == "video":
@@ -100,7 +104,8 @@ def worker(workdir: Path) -> None:
         loss, grads = step_loss_and_grads(trainer, batch)
         if trainer.ctx.is_main:
             torch.save({"loss": loss, "grads": grads, "sample_ids": batch["sample_ids"],
-                        "length": int(batch["input_ids"].shape[1])}, result_file(workdir, entry))
+                        "length": int(batch["input_ids"].shape[1]), "router_aux": float(trainer.step_router_aux)},
+                       result_file(workdir, entry))
         trainer.stream.close()
     trainer.ctx.close()
 
@@ -149,6 +154,8 @@ def one_process(tmp_path: Path, model_path: Path, case: str, saved: dict[str, An
     trainer.stream.close()
     assert batch["sample_ids"] == saved["sample_ids"]
     compare(step_loss_and_grads(trainer, batch), saved)
+    assert saved["router_aux"] == pytest.approx(float(trainer.step_router_aux), rel=1e-5)
+    assert (saved["router_aux"] > 0) == case.startswith("router_")  # the router loss is on exactly there
 
 
 @pytest.mark.slow

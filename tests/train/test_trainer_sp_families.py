@@ -33,6 +33,10 @@ ENTRIES = [
     # Qwen3.5: its Gated DeltaNet layers split by heads too; one row (samples + the pad tail), padded rows, and a
     # packed row under recomputation (the linear layers' all-to-alls run again in the backward).
     *(("qwen3_5", case) for case in ("image", "padded", "packed_gc")),
+    # The MoE families with the router loss on: its token statistics are summed over the group (a packed row with
+    # Qwen3.5-MoE's linear attention, padded rows whose pads the router loss leaves out, Qwen3-VL-MoE's deepstack).
+    *(("qwen3_5_moe", case) for case in ("router_packed", "router_padded")),
+    ("qwen3_vl_moe", "router_packed"),
 ]
 FAMILIES = sorted({family for family, _ in ENTRIES})
 
@@ -98,7 +102,7 @@ def test_families_are_accepted_and_heads_checked(models, family):
     assert heads["heads"] == 4 and type(text).__name__.endswith("TextModel")
     with pytest.raises(ConfigError, match=r"sp_ulysses_degree: 3 does not divide the 4 attention heads"):
         check_sequence_parallel(3, family=family, world=3, **heads)
-    if family == "qwen3_5":  # 4 attention heads take 4 ranks, its 2 Gated DeltaNet key heads do not
+    if family.startswith("qwen3_5"):  # 4 attention heads take 4 ranks, the 2 Gated DeltaNet key heads do not
         assert heads["linear_key_heads"] == 2
         with pytest.raises(ConfigError, match=r"4 does not divide the 2 key heads of the text model's Gated DeltaNet"):
             check_sequence_parallel(4, family=family, world=4, **heads)
@@ -106,9 +110,8 @@ def test_families_are_accepted_and_heads_checked(models, family):
         assert heads["linear_key_heads"] is None
 
 
-def test_moe_families_are_refused_in_one_line():
+def test_an_unknown_family_is_refused_in_one_line():
     from vlforge.errors import ConfigError
 
-    for family in ("qwen3_vl_moe", "qwen3_5_moe"):
-        with pytest.raises(ConfigError, match=rf"not supported for model family '{family}' \(the router's load-balancing loss.*qwen3_5"):
-            check_sequence_parallel(2, family=family, heads=4, world=2)
+    with pytest.raises(ConfigError, match=r"not supported for model family 'llava' \(supported: .*qwen3_5_moe"):
+        check_sequence_parallel(2, family="llava", heads=4, world=2)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from vlforge.errors import ConfigError
-from vlforge.models.families import FAMILIES, names, supports
+from vlforge.models.families import names, supports
 
 
 def sequence_parallel_heads(model_config: Any) -> dict[str, Any]:
@@ -35,10 +35,8 @@ def check_sequence_parallel(degree: int, *, family: str, heads: int, world: int,
     if degree <= 1:
         return
     if not supports(family, "sequence_parallel"):
-        gap = FAMILIES[family].sequence_parallel_gap if family in FAMILIES else ""
-        raise ConfigError(f"sp_ulysses_degree: {degree} is not supported for model family {family!r}"
-                          f"{f' ({gap})' if gap else ''} (supported: {', '.join(names(sequence_parallel=True))}); "
-                          f"set sp_ulysses_degree: 1")
+        raise ConfigError(f"sp_ulysses_degree: {degree} is not supported for model family {family!r} "
+                          f"(supported: {', '.join(names(sequence_parallel=True))}); set sp_ulysses_degree: 1")
     if heads % degree:
         raise ConfigError(f"sp_ulysses_degree: {degree} does not divide the {heads} attention heads of the text "
                           f"model; use a degree that divides {heads}")

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from vlforge.errors import ConfigError, did_you_mean
+from vlforge.versions import require_transformers
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -111,8 +112,6 @@ class Family:
     """Path of the vision tower module in the ``*ForConditionalGeneration`` model."""
     sequence_parallel: bool = True
     """Ulysses sequence parallelism is implemented (``sp_ulysses_degree`` > 1)."""
-    sequence_parallel_gap: str = ""
-    """Why it is not, where ``sequence_parallel`` is False (the refusal says so)."""
     lmms_labels: bool = False
     """``data.label_mode: lmms`` reproduces LMMS Engine 0.1.4's template and masking for it."""
     added_tokens: tuple[str, ...] = ()
@@ -127,6 +126,9 @@ class Family:
     boundary-aware forward of :mod:`vlforge.models.linear_attention`."""
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     """The text layers' linear modules a LoRA suggestion adapts (the attention and MLP projections)."""
+    transformers_min: str = ""
+    """The oldest transformers vlforge runs this family with, where newer than :data:`vlforge.versions.
+    TRANSFORMERS_MIN` (empty: that one); loading a model of it on an older one is one line naming both."""
 
     @property
     def video_standin(self) -> str:
@@ -185,10 +187,10 @@ _QWEN3_5 = replace(
     text_layer_class="Qwen3_5DecoderLayer", vision_block_class="Qwen3_5VisionBlock", deepstack=False,
     lmms_labels=False, tokenizer="qwen3.5", linear_attention=True,
     lora_targets=(*_QWEN3_VL.lora_targets, "in_proj_qkv", "in_proj_z", "out_proj"),  # + the Gated DeltaNet's
+    # vlforge's packed Gated DeltaNet forward (models/linear_attention.py) follows the layer of transformers 5.23+,
+    # whose delta rule takes grouped query/key heads (5.22 and older repeat them in the layer); 5.24 is the tested one
+    transformers_min="5.24",
 )
-
-_MOE_SP_GAP = ("the router's load-balancing loss is a statistic over the whole batch's tokens, and splitting it over "
-               "sequence shards is not implemented")
 
 _RECORDS = (
     Family(
@@ -217,15 +219,13 @@ _RECORDS = (
     replace(_QWEN3_VL, name="qwen3_vl_moe", title="Qwen3-VL-MoE",
             modeling_module="transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe", config_class="Qwen3VLMoeConfig",
             model_class="Qwen3VLMoeForConditionalGeneration", inner_model_class="Qwen3VLMoeModel",
-            text_layer_class="Qwen3VLMoeTextDecoderLayer", vision_block_class="Qwen3VLMoeVisionBlock",
-            sequence_parallel=False, sequence_parallel_gap=_MOE_SP_GAP),
+            text_layer_class="Qwen3VLMoeTextDecoderLayer", vision_block_class="Qwen3VLMoeVisionBlock"),
     _QWEN3_5,
     # Qwen3.5-MoE: the same stack with a sparse MoE block (routed experts plus a gated shared expert) in every layer.
     replace(_QWEN3_5, name="qwen3_5_moe", title="Qwen3.5-MoE",
             modeling_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe", config_class="Qwen3_5MoeConfig",
             model_class="Qwen3_5MoeForConditionalGeneration", inner_model_class="Qwen3_5MoeModel",
-            text_layer_class="Qwen3_5MoeDecoderLayer", vision_block_class="Qwen3_5MoeVisionBlock",
-            sequence_parallel=False, sequence_parallel_gap=_MOE_SP_GAP),
+            text_layer_class="Qwen3_5MoeDecoderLayer", vision_block_class="Qwen3_5MoeVisionBlock"),
     Family(
         name="glm4v", title="GLM-4.1V", modeling_module="transformers.models.glm4v.modeling_glm4v",
         config_class="Glm4vConfig", model_class="Glm4vForConditionalGeneration",
@@ -270,6 +270,14 @@ def supports(name: str, flag: str) -> bool:
     vlforge has no record of."""
     record = FAMILIES.get(name)
     return bool(record is not None and getattr(record, flag))
+
+
+def check_transformers(name: str) -> None:
+    """One :class:`~vlforge.versions.VersionError` line when the installed transformers is older than family
+    ``name`` needs (its ``transformers_min``); nothing for a family vlforge has no record of."""
+    record = FAMILIES.get(name)
+    if record is not None:
+        require_transformers(f"{record.title} ({record.name})", record.transformers_min)
 
 
 def names(**wanted: bool) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""Ulysses sequence parallelism (``sp_ulysses_degree``) for Qwen3-VL, Qwen2.5-VL, Qwen2-VL, GLM-4V and Qwen3.5.
+"""Ulysses sequence parallelism (``sp_ulysses_degree``) for every family (MoE and Qwen3.5 linear attention included).
 
 The ``W`` processes form a ``(dp, sp)`` device mesh, ``dp = W / sp``; the ``sp`` ranks of a group are
 consecutive (rank ``d * sp + s``) and read the same batches (the data is sharded by the dp rank only).
@@ -22,7 +22,9 @@ One forward of a group:
    by heads the same way: :mod:`vlforge.train.sp_linear`);
 4. each rank projects only its shard's label positions through ``lm_head``; the loss is the sum of
    those token losses, and dividing by the label count summed over all ranks (every rank counts
-   only its shard: :func:`shard_label_count`) gives the same loss and gradients as one process.
+   only its shard: :func:`shard_label_count`) gives the same loss and gradients as one process; a MoE router's
+   load-balancing loss is a whole-sequence statistic, its sums are added over the group
+   (:mod:`vlforge.train.sp_router`).
 
 Example (the single-process bits; the collectives need ``torchrun``):
     >>> import torch
@@ -46,6 +48,8 @@ from torch.nn import functional as F
 
 from vlforge.errors import ConfigError
 from vlforge.models.module_names import vision_tower
+from vlforge.train.loss import LossTerms, model_inputs, target_mask
+from vlforge.train.sp_router import group_balance_loss
 
 logger = logging.getLogger(__name__)
 
@@ -334,7 +338,6 @@ def _route(state: SequenceParallel, args: tuple, kwargs: dict[str, Any]) -> tupl
 # -- loss -----------------------------------------------------------------------------------------
 def _local_targets(batch: dict[str, Any], state: SequenceParallel) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(local keep mask (B, L/sp), local targets, padded length)."""
-    from vlforge.train.loss import target_mask
 
     labels = batch["labels"]
     rows, length = labels.shape
@@ -354,10 +357,10 @@ def shard_label_count(batch: dict[str, Any], state: SequenceParallel) -> torch.T
 
 
 def sp_token_loss_sum(model: torch.nn.Module, batch: dict[str, Any], device: torch.device | str,
-                      float_dtype: torch.dtype | None, state: SequenceParallel) -> torch.Tensor:
-    """Sum (fp32) of the cross-entropy of the predicted label tokens in this rank's shard."""
-    from vlforge.train.loss import model_inputs
-
+                      float_dtype: torch.dtype | None, state: SequenceParallel, *,
+                      router_aux: bool = False) -> LossTerms:
+    """Sum (fp32) of the cross-entropy of the predicted label tokens in this rank's shard and, with ``router_aux``,
+    the router's load-balancing loss of the whole sequence (:mod:`vlforge.train.sp_router`)."""
     local, targets, padded = _local_targets(batch, state)
     inputs = model_inputs(batch, device, float_dtype)
     rows = batch["input_ids"].shape[0]
@@ -375,10 +378,23 @@ def sp_token_loss_sum(model: torch.nn.Module, batch: dict[str, Any], device: tor
         bounds = [(0, length), *pad_tail]
     else:  # padded rows: one (B, 1, L, L) mask
         mask = block_causal_mask(segment_ids(None, attention, padded, rows).to(device))
+    extra = {}
+    if router_aux:  # the model's own aux_loss would count this shard only (and mismatch the whole row's mask)
+        inputs.pop("attention_mask", None)
+        extra["output_router_logits"] = True
     state.pending = {"padded": padded, "mask": mask, "bounds": bounds}
     try:
-        out = model(**inputs, use_cache=False, logits_to_keep=local.to(device))
+        out = model(**inputs, use_cache=False, logits_to_keep=local.to(device), **extra)
     finally:
         state.pending = {}
     logits = out.logits.reshape(-1, out.logits.shape[-1])
-    return F.cross_entropy(logits.float(), targets.to(device), reduction="sum")
+    token_sum = F.cross_entropy(logits.float(), targets.to(device), reduction="sum")
+    if not router_aux:
+        return LossTerms(token_sum)
+    # the tokens the router loss counts: every token of a packed row, the unpadded ones otherwise (as transformers)
+    real = torch.ones(rows, length, dtype=torch.bool) if "cu_seqlens" in batch or attention is None \
+        else attention.cpu().bool()
+    start, end = shard_bounds(length, state.degree, state.rank)
+    keep = _pad_last(real, 1, padded)[:, start:end]
+    text = model.config.get_text_config()
+    return LossTerms(token_sum, group_balance_loss(out.router_logits, keep, text, state.group).float())

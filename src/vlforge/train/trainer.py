@@ -321,10 +321,11 @@ class Trainer:
     def _forward(self, batch: dict[str, Any]) -> LossTerms:
         float_dtype = torch.bfloat16 if self.cfg.training.bf16 else None
         with self.tm.autocast_context(self.ctx.device):
+            router_aux = bool(self.router_coef) and self.model.training
             if self.sp is not None:
-                return LossTerms(sp_token_loss_sum(self.model, batch, self.ctx.device, float_dtype, self.sp))
-            return forward_loss(self.model, batch, self.ctx.device, float_dtype,
-                                router_aux=bool(self.router_coef) and self.model.training)
+                return sp_token_loss_sum(self.model, batch, self.ctx.device, float_dtype, self.sp,
+                                         router_aux=router_aux)
+            return forward_loss(self.model, batch, self.ctx.device, float_dtype, router_aux=router_aux)
 
     def _label_count(self, batch: dict[str, Any]) -> torch.Tensor:
         """Predicted label tokens of ``batch`` on this rank (its sequence shard under sequence parallelism)."""
@@ -352,8 +353,10 @@ class Trainer:
                 self.model.set_requires_gradient_sync(index == len(batches) - 1)
             terms = self._forward(batch)
             objective = terms.token_sum * scale / denominator
-            if terms.router_aux is not None:  # the ranks' gradients are averaged (FSDP) or summed: scale / world
-                objective = objective + self.router_coef * terms.router_aux * scale / (len(batches) * ctx.world_size)
+            if terms.router_aux is not None:
+                # the mean over the data shards: the ranks' gradients are averaged (FSDP) or summed (scale); the sp
+                # ranks of a group share one loss and their gradients add up to it (vlforge.train.sp_router)
+                objective = objective + self.router_coef * terms.router_aux * scale / (len(batches) * ctx.data_world)
                 aux_sum += terms.router_aux.detach()
             objective.backward()
             loss_sum += terms.token_sum.detach()
