@@ -570,11 +570,24 @@ def _finish(result: Translation) -> None:
         del result.warnings[before:]  # a default never warns
     _precision(result)
     _schedule(result)
+    _expert_parallel_wrap(result)
     training = result.native.get("training", {})
     if training.get("warmup_ratio") and training.get("warmup_steps"):  # LMMS Engine: the ratio wins when > 0
         where = result.provenance.pop(("training", "warmup_steps"))
         result.warnings.append(f"{render_path(where)}: {training.pop('warmup_steps')} has no effect: LMMS Engine "
                                "warms up for warmup_ratio of the steps when it is above 0, as vlforge does here")
+
+
+def _expert_parallel_wrap(result: Translation) -> None:
+    """With ``ep_degree`` > 1 LMMS Engine's expert-parallel path wraps fixed submodules of its MoE and Qwen3-VL
+    models and never reads ``transformer_layer_cls_to_wrap`` (its own examples name a text-only class there)."""
+    fsdp = result.native.get("fsdp", {})
+    if (result.given.get("trainer_args.ep_degree") or 1) <= 1 or fsdp.get("transformer_layer_cls_to_wrap") is None:
+        return
+    where = result.provenance.pop(("fsdp", "transformer_layer_cls_to_wrap"))
+    result.warnings.append(f"{render_path(where)}: {fsdp.pop('transformer_layer_cls_to_wrap')} has no effect: LMMS "
+                           "Engine does not read it when ep_degree > 1 (its expert-parallel path wraps fixed "
+                           "submodules); vlforge wraps the model's own layer classes (its _no_split_modules)")
 
 
 def precision_values(bf16: bool) -> dict[str, Any]:
