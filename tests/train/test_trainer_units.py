@@ -163,6 +163,10 @@ def test_a_damaged_or_foreign_checkpoint_is_skipped_by_auto_and_refused_by_name(
         assert ckpt.resume_target("auto", tmp_path) == good
     assert [r.getMessage() for r in caplog.records] == [
         f"resume auto: skipping {bad}: {ckpt.problem(bad)} (left in place)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vlforge.train.checkpoint"):  # the other ranks of a run stay quiet
+        assert ckpt.resume_target("auto", tmp_path, warn=False) == good
+    assert not caplog.records
     with pytest.raises(ConfigError, match=re.escape(f"checkpointing.resume: {bad}: ") + ".*" + re.escape(says)):
         ckpt.resume_target(str(bad), tmp_path)
     assert (bad / ckpt.STATE_FILE).exists() and good.is_dir()  # nothing deleted

@@ -103,11 +103,12 @@ def problem(path: Path) -> str | None:
     return None
 
 
-def resume_target(resume: str, output_dir: Path) -> Path | None:
+def resume_target(resume: str, output_dir: Path, *, warn: bool = True) -> Path | None:
     """The checkpoint ``checkpointing.resume`` points at (``auto``, ``none`` or a directory).
 
     ``auto`` takes the newest checkpoint without a :func:`problem`, skipping each damaged or foreign one with a
-    warning (nothing is deleted); a named directory with a problem is a :class:`ConfigError` naming it."""
+    warning (``warn``: this process says so; one rank of a run is enough) - nothing is deleted; a named directory
+    with a problem is a :class:`ConfigError` naming it."""
     if resume == "none":
         return None
     if resume == "auto":
@@ -115,7 +116,8 @@ def resume_target(resume: str, output_dir: Path) -> Path | None:
             found = problem(path)
             if found is None:
                 return path
-            logger.warning("resume auto: skipping %s: %s (left in place)", path, found)
+            if warn:
+                logger.warning("resume auto: skipping %s: %s (left in place)", path, found)
         return None
     path = Path(resume)
     if not (path / STATE_FILE).is_file():

@@ -240,7 +240,7 @@ class Trainer:
         self.scheduler = build_scheduler(self.optimizer, cfg.training, self.total)
         self.stream = RankData(self.data_cfg, self.processor, rank=ctx.data_rank, world_size=ctx.data_world,
                                workers=cfg.dataloader_num_workers, base_dir=self.base_dir)
-        self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir)
+        self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir, warn=ctx.is_main)
         if self.resumed_from is not None:
             state, data_states = ckpt.load_checkpoint(self.resumed_from, ctx, self.model, self.optimizer,
                                                       self.scheduler)
