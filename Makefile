@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip
 PIP_FLAGS := --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test lint venv install install-dev bench wheelhouse clean
+.PHONY: demo test lint venv install install-dev bench wheelhouse matrix clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,10 +31,12 @@ lint: install-dev
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/lint-imports
 
-# Two workers by default (the 2-core CI machine); TEST_WORKERS=0 runs in one process.
+# Two workers by default (the 2-core CI machine); TEST_WORKERS=0 runs in one process. Every test's seconds
+# (setup + call + teardown) land in TEST_REPORT (JUnit XML) for profiling the suite.
 TEST_WORKERS ?= 2
+TEST_REPORT ?= .pytest-report.xml
 test: install-dev lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=40
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=40 --junitxml $(TEST_REPORT)
 
 bench: install
 	$(BIN)/python benchmarks/patch_embed.py
@@ -50,6 +52,13 @@ wheelhouse: install
 	$(BIN)/python scripts/wheelhouse.py --out dist/wheelhouse --python-version $(WHEEL_PYTHON) --also pytest \
 		--max-mb $(WHEEL_MAX_MB) $(if $(HOST_PACKAGES),--host $(HOST_PACKAGES)) $(if $(WHEEL_EXTRAS),--extras $(WHEEL_EXTRAS)) \
 		$(foreach p,$(WHEEL_PLATFORM),--platform $(p))
+
+# The version matrix (README "Supported versions"): fresh venvs under ~/.cache/vlforge/matrix, vlforge from its
+# built wheel, the core suite on the oldest and newest transformers, the one-line refusal of an older one, and
+# the offline wheelhouse install into a venv holding only torch. ~25 minutes on 2 cores.
+MATRIX_POINTS ?= oldest,newest,below,offline
+matrix: install
+	$(BIN)/python scripts/version_matrix.py --points $(MATRIX_POINTS) --record benchmarks/records/version_matrix.json
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .ruff_cache
