@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import time
@@ -14,6 +13,8 @@ import torch
 from trainkit import (
     REPO,
     exported_weights,
+    kill_launch,
+    logged,
     max_abs_diff,
     run_training,
     tiny_config,
@@ -29,13 +30,8 @@ from vlforge.train.trainer import Trainer
 pytestmark = pytest.mark.slow
 
 
-def _metric(output_dir: Path, key: str) -> list[float]:
-    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
-    return [record[key] for record in records if key in record]
-
-
 def _losses(output_dir: Path) -> list[float]:
-    return _metric(output_dir, "loss")
+    return logged(output_dir, "loss")
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +58,7 @@ def test_two_ranks_equal_one_rank(tmp_path, model_path, two_rank_run):
     one, two = _losses(tmp_path / "out"), _losses(out2)
     assert len(one) == len(two) == 2
     assert one == pytest.approx(two, rel=1e-5)
-    norms = [_metric(tmp_path / "out", "grad_norm"), _metric(out2, "grad_norm")]
+    norms = [logged(tmp_path / "out", "grad_norm"), logged(out2, "grad_norm")]
     assert norms[0] == pytest.approx(norms[1], rel=1e-5) and min(norms[0]) > 1.0  # global norm over shards
     assert one[1] < one[0]
     weights_one, weights_two = exported_weights(tmp_path / "out" / "final"), exported_weights(out2 / "final")
@@ -140,14 +136,13 @@ def test_sigkill_of_two_shuffled_ranks_then_resume_matches_uninterrupted(tmp_pat
     out = tmp_path / "killed"
     override = f"checkpointing.output_dir={out}"
     proc = subprocess.Popen(train_command(config, 2, override), env=train_env(), cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 600
     while not (out / "checkpoint-2").exists():
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks
-    proc.wait()
+    kill_launch(proc)  # torchrun and both ranks (each rank runs in a session of its own)
     assert not (out / "final").exists() and not (out / "checkpoint-4").exists()
 
     resumed = run_training(config, 2, override)

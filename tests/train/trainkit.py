@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +68,46 @@ def run_training(config: Path, nproc: int = 1, *overrides: str, timeout: int = 6
                           text=True, timeout=timeout, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return proc
+
+
+def logged(output_dir: Path, key: str) -> list[float]:
+    """Every value of ``key`` in the run's ``metrics.jsonl``, in order."""
+    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    return [record[key] for record in records if key in record]
+
+
+def wait_for_file(path: Path, procs: list[subprocess.Popen], timeout: float = 600) -> None:
+    """Poll until ``path`` exists; fail if a process of ``procs`` ends first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        ended = [proc.args for proc in procs if proc.poll() is not None]
+        assert not ended, f"ended before {path} was written: {ended}"
+        assert time.monotonic() < deadline, f"no {path} after {timeout} s"
+        time.sleep(0.05)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (Linux ``/proc``), children before grandchildren."""
+    found, queue = [], [pid]
+    while queue:
+        parent = queue.pop(0)
+        for children in Path(f"/proc/{parent}/task").glob("*/children"):
+            try:
+                kids = [int(child) for child in children.read_text().split()]
+            except OSError:  # the thread or process ended meanwhile
+                continue
+            found.extend(kids)
+            queue.extend(kids)
+    return found
+
+
+def kill_launch(proc: subprocess.Popen) -> None:
+    """SIGKILL a launch and every process under it, as a crashed host would end them. torchrun starts each
+    worker in a session of its own, so killing torchrun (or its process group) alone leaves the workers running."""
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
 
 
 def exported_weights(directory: Path) -> dict[str, torch.Tensor]:
