@@ -106,6 +106,39 @@ def test_the_lora_suggestion_adapts_the_family_s_own_projections():
     assert any(s.change.startswith("model.lora") and "in_proj" not in s.change for s in qwen3_vl.suggestions)
 
 
+@pytest.mark.parametrize("preset", ["tiny:qwen3_5_moe", "tiny:qwen3_vl_moe"])
+def test_moe_experts_are_measured_in_any_dtype(preset):
+    """torch's meta kernel of grouped_mm takes bfloat16 only: an fp32 MoE plan raised from the probe. The stand-in
+    keeps what the real grouped matmul keeps (bf16, where both run), and an fp32 layer keeps more."""
+    import torch
+    import transformers.integrations.moe as moe
+
+    from vlforge.memory import probe
+    from vlforge.models.load import load_model_config
+
+    config = load_model_config(preset)
+    bf16 = probe.meta_model(config, torch.bfloat16)
+    real = probe.text_layer_bytes(bf16, 256, torch.bfloat16)
+    original = moe._grouped_mm
+    moe._grouped_mm = lambda x, weight, offs: probe._GroupedMatmulStandin.apply(x.to(weight.dtype), weight)
+    try:
+        standin = probe.text_layer_bytes(bf16, 256, torch.bfloat16)
+    finally:
+        moe._grouped_mm = original
+    assert abs(standin - real) <= 64 and real > 0  # the routing offsets aside
+    assert probe.text_layer_bytes(probe.meta_model(config, torch.float32), 256, torch.float32) > real
+    assert moe._grouped_mm is original  # restored
+
+
+def test_the_real_moe_preset_plans_in_fp32_and_under_sp():
+    from vlforge.models.presets import preset_config
+
+    preset = "real:qwen3_5_35b_a3b"
+    cfg = load_config(TINY, [f"model.load_from_pretrained_path={preset}", "sp_ulysses_degree=2"])
+    report = make_plan(cfg, gpus=8, gpu_memory=80 * 10**9, model_config=preset_config(preset))
+    assert report.estimate.sp == 2 and report.estimate.peak_bytes > report.estimate.parts["activations"] > 0
+
+
 def test_cli_json_fits_and_suggestions():
     result = runner.invoke(app, ["plan", str(TINY), "--json", "--gpu-memory", "80GB"])
     assert result.exit_code == 0, result.output

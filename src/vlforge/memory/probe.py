@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,46 @@ def _standin(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.T
     heads = query.shape[1]
     out = query.new_empty(batch, length, heads, value.shape[-1])
     return out.requires_grad_(query.requires_grad), None
+
+
+class _GroupedMatmulStandin(torch.autograd.Function):
+    """A grouped expert matmul on meta tensors: the output's shape, and the input kept for the backward as the
+    real kernel keeps it (torch's meta kernel of ``grouped_mm`` takes bfloat16 only)."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        ctx.save_for_backward(x, weight)
+        return x.new_empty(x.shape[0], weight.shape[-1])
+
+    @staticmethod
+    def backward(ctx, grad):  # never run: the probes only count what the forward keeps
+        x, weight = ctx.saved_tensors
+        return grad.new_empty(x.shape), grad.new_empty(weight.shape)
+
+
+@contextlib.contextmanager
+def meta_experts() -> Any:
+    """Within the block, transformers' grouped expert matmul (MoE layers) runs on meta tensors of any dtype."""
+    try:
+        from transformers.integrations import moe
+    except ImportError:  # a transformers without its MoE integration: nothing to bridge
+        yield
+        return
+    original = getattr(moe, "_grouped_mm", None)
+    if original is None:
+        yield
+        return
+
+    def grouped_mm(x: torch.Tensor, weight: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        if x.is_meta and weight.dtype != torch.bfloat16:
+            return _GroupedMatmulStandin.apply(x.to(weight.dtype), weight)
+        return original(x, weight, offs)
+
+    moe._grouped_mm = grouped_mm
+    try:
+        yield
+    finally:
+        moe._grouped_mm = original
 
 
 def register_standin() -> None:
@@ -164,7 +205,8 @@ def text_layer_bytes(model: torch.nn.Module, length: int, dtype: torch.dtype, *,
     except (RuntimeError, ValueError, IndexError):
         cos, sin = owner.rotary_emb(hidden, positions[0])
     layer = layers[0]
-    with reference_mixers(model):  # linear attention in torch: its kernels must never see meta tensors
+    # linear attention in torch (its kernels must never see meta tensors); MoE experts' matmul in any dtype
+    with reference_mixers(model), meta_experts():
         return saved_bytes(layer, hidden, attention_mask=None, position_ids=positions,
                            position_embeddings=(cos.detach(), sin.detach()))[0]
 
