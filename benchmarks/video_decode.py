@@ -10,15 +10,40 @@ return the same frames (checked). An exact frame needs every reference frame fro
 ``frames_decoded_seek / frames_kept`` (frames decoded per kept frame) bounds the speedup: at most
 ``frames_total / frames_decoded_seek`` plus what the decoder saves on the frames it drops.
 
+With ``--peers`` each row also runs the readers users of Qwen's recipes and LMMS Engine have:
+qwen-vl-utils' ``decord``, ``torchcodec`` and ``torchvision`` backends (``vision_process``'s own reader
+functions, what ``fetch_video`` calls before it resizes; ``benchmarks/peers/qvu_video.py``), in the
+qwen-vl-utils peer venv (``python3 scripts/peer_env.py build --peer qwen-vl-utils``) through a subprocess, so
+nothing enters vlforge's venv. They get the same clip and the same sampling (``fps`` = the row's sample fps,
+``max_frames`` as above: qwen-vl-utils' ``smart_nframes`` is the rule ``sample_frame_indices`` follows). Per
+backend: best-of-``repeat`` seconds (measured inside the peer process, import and start-up excluded, as
+vlforge's), frames decoded per kept frame (counted by ``benchmarks/peers/count_frames.c``, preloaded into the
+peer process: it counts the frames FFmpeg's ``avcodec_receive_frame`` hands out, which is exactly
+``DecodedVideo.frames_decoded`` for vlforge's own reads - null when no C compiler is there), whether its
+indices and frame count equal vlforge's, and whether its frames (RGB uint8, before any resize) are
+identical to vlforge's frames at the backend's own indices (decoded by vlforge for that comparison, so a
+sampling difference is reported apart from a decoding one). A backend that is missing, does not load or
+fails on the clip is a row entry with the reason; without the peer venv every backend is skipped with
+the build command.
+
 Run: ``python benchmarks/video_decode.py --minutes 20 --fps 30 --sample-fps 1 --gop 250``;
 ``--sweep`` prints one JSON row per setting (GOP 250/60/30, 1 and 0.1 fps, with and without B-frames,
-64x48 and 320x240) from one run.
+64x48 and 320x240) from one run; ``--sweep --peers`` adds the peer readers and prints one object
+``{"schema", "machine", "rows"}`` (the machine: CPU, load averages before each row and after, UTC times,
+versions of PyAV/FFmpeg and of the peer venv).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import hashlib
 import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from fractions import Fraction
@@ -29,6 +54,14 @@ import numpy as np
 
 from vlforge.data.video import sample_frame_indices
 from vlforge.media import decode
+
+HERE = Path(__file__).resolve().parent
+PEER_SCRIPT = HERE / "peers" / "qvu_video.py"
+COUNTER_SOURCE = HERE / "peers" / "count_frames.c"
+PEER = "qwen-vl-utils"
+PEER_BACKENDS = ("decord", "torchcodec", "torchvision")
+"""qwen-vl-utils' video readers (``vision_process.VIDEO_READER_BACKENDS``)."""
+SCHEMA = "vlforge.video_decode_peers/1"
 
 METHODS = {"seek": {"method": "seek"}, "seek_no_skip": {"method": "seek", "skip_nonref": False},
            "sequential": {"method": "sequential"}}
@@ -72,9 +105,11 @@ def write_clip(path: Path, *, frames: int, fps: float, gop: int, size: tuple[int
 
 
 def measure(minutes: float = 20, fps: float = 30, sample_fps: float = 1, size: tuple[int, int] = (64, 48),
-            gop: int = 250, bframes: int = 3, cache_dir: str | Path | None = None, repeat: int = 3) -> dict:
+            gop: int = 250, bframes: int = 3, cache_dir: str | Path | None = None, repeat: int = 3,
+            peers: bool = False, peer_python: Path | None = None) -> dict:
     """Best-of-``repeat`` seconds to decode the sampled frames by seeking (with and without skipping
-    non-reference frames) and sequentially, and the speedups over sequential."""
+    non-reference frames) and sequentially, and the speedups over sequential; with ``peers``, qwen-vl-utils'
+    readers on the same clip (:func:`measure_peers`; ``peer_python`` defaults to the built peer venv's)."""
     frames = round(minutes * 60 * fps)
     folder = Path(cache_dir or Path(tempfile.gettempdir()) / "vlforge-bench-video")
     folder.mkdir(parents=True, exist_ok=True)
@@ -101,7 +136,7 @@ def measure(minutes: float = 20, fps: float = 30, sample_fps: float = 1, size: t
                 np.array_equal(a, b) for a, b in zip(got.frames, seq.frames, strict=True)):
             raise AssertionError(f"{key} and sequential decode returned different frames")
     kept = len(seq.indices)
-    return {
+    row = {
         "seek_seconds": round(timings["seek"], 3),
         "seek_no_skip_seconds": round(timings["seek_no_skip"], 3),
         "sequential_seconds": round(timings["sequential"], 3),
@@ -121,6 +156,145 @@ def measure(minutes: float = 20, fps: float = 30, sample_fps: float = 1, size: t
         "size": list(size),
         "generate_seconds": round(generate_seconds, 2),
     }
+    if peers:
+        row.update(measure_peers(path, sample_fps, wanted + 2, results["seek"], timings["seek"], repeat=repeat,
+                                 python=peer_python if peer_python is not None else find_peer_python(),
+                                 cache_dir=folder))
+    return row
+
+
+def find_peer_python() -> Path | None:
+    """The qwen-vl-utils peer venv's python (``scripts/peer_env.py``'s location), or None when not built."""
+    sys.path.insert(0, str(HERE.parent / "scripts"))
+    try:
+        import peer_env
+    finally:
+        sys.path.pop(0)
+    return peer_env.peer_python(peer=PEER)
+
+
+def frame_counter(cache_dir: Path) -> tuple[Path | None, str]:
+    """``count_frames.c`` built into ``cache_dir`` (once per source), or None and why not."""
+    compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
+    if compiler is None:
+        return None, "no C compiler to build benchmarks/peers/count_frames.c"
+    source = COUNTER_SOURCE.read_bytes()
+    library = cache_dir / f"libcount_frames_{hashlib.sha256(source).hexdigest()[:12]}.so"
+    if not library.exists():
+        part = library.with_suffix(".part.so")
+        done = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(part), str(COUNTER_SOURCE), "-ldl",
+                               "-lpthread"], capture_output=True, text=True)
+        if done.returncode:
+            return None, f"count_frames.c did not build: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
+        part.rename(library)
+    return library, ""
+
+
+def _skipped(reason: str, backends: tuple[str, ...]) -> dict:
+    return {"peers": {name: {"skipped": reason} for name in backends}, "fastest_peer": None,
+            "vlforge_vs_fastest_peer": None, "vlforge_at_least_as_fast": None}
+
+
+def measure_peers(path: Path, sample_fps: float, max_frames: int, ours: decode.DecodedVideo, our_seconds: float,
+                  *, repeat: int = 3, python: Path | None = None, cache_dir: Path | None = None,
+                  backends: tuple[str, ...] = PEER_BACKENDS, timeout: float = 900) -> dict:
+    """qwen-vl-utils' readers on ``path`` in the peer venv ``python``: ``{"peers": {backend: entry},
+    "fastest_peer", "vlforge_vs_fastest_peer" (the fastest peer's seconds / vlforge's seek seconds: >= 1 means
+    vlforge is at least as fast), "vlforge_at_least_as_fast"}``. An entry is ``{"skipped": reason}`` when the
+    venv or the backend is missing, ``{"error": ...}`` when the backend fails on the clip, else its figures."""
+    if python is None:
+        return _skipped(f"no {PEER} peer venv (python3 scripts/peer_env.py build --peer {PEER})", backends)
+    folder = Path(cache_dir or tempfile.gettempdir())
+    counter, why_not_counted = frame_counter(folder)
+    env = dict(os.environ)
+    if counter is not None:
+        env["LD_PRELOAD"] = " ".join(filter(None, [str(counter), env.get("LD_PRELOAD", "")]))
+    with tempfile.TemporaryDirectory(dir=folder) as out:
+        job = {"clip": str(path), "fps": sample_fps, "max_frames": max_frames, "backends": list(backends),
+               "repeat": repeat, "out": out}
+        try:
+            done = subprocess.run([str(python), str(PEER_SCRIPT), json.dumps(job)], capture_output=True, text=True,
+                                  env=env, timeout=timeout)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return _skipped(f"peer process failed: {type(exc).__name__}: {exc}", backends)
+        if done.returncode:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            return _skipped(f"peer process exited {done.returncode}: {tail}", backends)
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        entries = {name: _compare(path, report[name], ours, why_not_counted) for name in backends}
+    timed = {name: e["seconds"] for name, e in entries.items() if "seconds" in e}
+    if not timed:
+        return {"peers": entries, "fastest_peer": None, "vlforge_vs_fastest_peer": None,
+                "vlforge_at_least_as_fast": None}
+    fastest = min(timed, key=timed.get)
+    return {"peers": entries, "fastest_peer": fastest,
+            "vlforge_vs_fastest_peer": round(timed[fastest] / our_seconds, 2),
+            "vlforge_at_least_as_fast": our_seconds <= timed[fastest]}
+
+
+def _compare(path: Path, got: dict, ours: decode.DecodedVideo, why_not_counted: str) -> dict:
+    """One backend's entry: its figures and the exactness checks against vlforge's reader."""
+    if not got.get("available", False):
+        return {"skipped": got.get("reason", "not available")}
+    if "error" in got:
+        return {"error": got["error"]}
+    frames = np.load(got["frames"])
+    indices = got["indices"]
+    kept = len(indices)
+    # vlforge's frames at the backend's own indices (its sampling may differ): exact by construction
+    try:
+        ours_at = decode.read_video(path, lambda total, rate: list(indices)) if indices else None
+    except (*decode.DECODE_ERRORS, IndexError) as exc:
+        ours_at, entry_note = None, f"vlforge cannot read the backend's indices: {exc}"
+    else:
+        entry_note = ""
+    entry = {
+        "seconds": round(got["seconds"], 3),
+        "frames_kept": kept,
+        "frames_decoded": got["frames_decoded"],
+        "decoded_per_kept": round(got["frames_decoded"] / kept, 1) if got["frames_decoded"] and kept else None,
+        "total_frames": got["total_frames"],
+        "video_fps": round(got["video_fps"], 3),
+        "indices_equal": indices == ours.indices,
+        "indices_differing": sum(a != b for a, b in zip(indices, ours.indices, strict=False))
+        + abs(kept - len(ours.indices)),
+    }
+    if got["frames_decoded"] is None:
+        entry["decoded_note"] = why_not_counted or "the preloaded counter was not found in the peer process"
+    same_shape = ours_at is not None and frames.shape == (kept, *ours_at.frames[0].shape)
+    if not same_shape:
+        entry.update(frames_identical=False, frames_differing=kept, max_abs_diff=None,
+                     note=entry_note or f"frame shape {list(frames.shape)} differs from vlforge's")
+        return entry
+    ref = np.stack(ours_at.frames)
+    diff = np.abs(frames.astype(np.int16) - ref.astype(np.int16))
+    differing = int((diff.reshape(kept, -1).max(axis=1) > 0).sum())
+    entry.update(frames_identical=differing == 0, frames_differing=differing, max_abs_diff=int(diff.max()),
+                 mean_abs_diff=round(float(diff.mean()), 4))
+    return entry
+
+
+def machine(peer_python: Path | None) -> dict:
+    """Where and with what the sweep ran (CPU model, versions, the peer venv's record)."""
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    info = {"cpu": cpu, "logical_cpus": os.cpu_count(), "python": platform.python_version(),
+            "pyav": av.__version__, "ffmpeg": {k: ".".join(map(str, v)) for k, v in av.library_versions.items()
+                                               if k in ("libavcodec", "libavformat")},
+            "utc_start": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    if peer_python is not None:
+        sys.path.insert(0, str(HERE.parent / "scripts"))
+        try:
+            import peer_env
+            record = peer_env.peer_record(peer_python.parent.parent, peer=PEER) or {}
+        finally:
+            sys.path.pop(0)
+        info["peer"] = {"versions": record.get("versions"), "backends": record.get("backends")}
+    return info
+
+
+def load_average() -> float:
+    return round(os.getloadavg()[0], 2)
 
 
 SWEEP = ([{"size": (64, 48), "minutes": 20, "gop": gop, "bframes": bf, "sample_fps": sf}
@@ -140,15 +314,41 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size", default="64x48", help="WIDTHxHEIGHT")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--sweep", action="store_true", help="all settings of SWEEP, one JSON row each")
+    parser.add_argument("--peers", action="store_true",
+                        help="also qwen-vl-utils' readers (decord, torchcodec, torchvision) in the peer venv")
+    parser.add_argument("--peer-python", type=Path, default=None,
+                        help="the peer venv's python (default: scripts/peer_env.py's qwen-vl-utils build)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the JSON to this file")
     args = parser.parse_args(argv)
+    python = (args.peer_python or find_peer_python()) if args.peers else None
     if args.sweep:
-        rows = [measure(row["minutes"], args.fps, row["sample_fps"], row["size"], row["gop"], row["bframes"],
-                        repeat=args.repeat) for row in SWEEP]
-        print(json.dumps(rows, indent=1))
+        if not args.peers:
+            rows = [measure(row["minutes"], args.fps, row["sample_fps"], row["size"], row["gop"], row["bframes"],
+                            repeat=args.repeat) for row in SWEEP]
+            _emit(rows, args.out)
+            return
+        info, rows = machine(python), []
+        for row in SWEEP:
+            load = load_average()
+            rows.append({**measure(row["minutes"], args.fps, row["sample_fps"], row["size"], row["gop"], row["bframes"],
+                                   repeat=args.repeat, peers=True, peer_python=python), "load_before": load})
+        info.update(utc_end=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), load_after=load_average())
+        _emit({"schema": SCHEMA, "machine": info, "repeat": args.repeat, "rows": rows}, args.out)
         return
     width, height = (int(v) for v in args.size.lower().split("x"))
-    print(json.dumps(measure(args.minutes, args.fps, args.sample_fps, (width, height), args.gop, args.bframes,
-                             repeat=args.repeat), indent=2))
+    load = load_average()
+    row = measure(args.minutes, args.fps, args.sample_fps, (width, height), args.gop, args.bframes,
+                  repeat=args.repeat, peers=args.peers, peer_python=python)
+    if args.peers:
+        row["load_before"] = load
+    _emit(row, args.out)
+
+
+def _emit(data: object, out: Path | None) -> None:
+    text = json.dumps(data, indent=1)
+    if out is not None:
+        out.write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":

@@ -1,19 +1,34 @@
 #!/usr/bin/env python3
-"""Build (or locate) LMMS Engine, pinned, in its own virtual environment under a cache directory.
+"""Build (or locate) a peer engine, pinned, in its own virtual environment under a cache directory.
 
-vlforge compares itself with LMMS Engine (``benchmarks/parity.py``, ``tests/train/test_parity.py``).
-The peer is installed from PyPI into a separate venv, never into vlforge's ``.venv``: it brings its
-own torch (a CUDA build, ~5.5 GB), torchvision, transformers and deepspeed. Standard library only,
-so any Python >= 3.10 can run it.
+Peers (``--peer``, default ``lmms-engine``):
 
-Default location: ``$VLFORGE_PEER_DIR`` if set, else ``$XDG_CACHE_HOME/vlforge/peers/lmms-engine-0.1.4``
-(``~/.cache/...``). A finished build holds ``vlforge-peer.json`` (versions, build seconds); the
-tests and the benchmark use the peer only when that file is there.
+- ``lmms-engine`` 0.1.4: vlforge compares itself with LMMS Engine (``benchmarks/parity.py``,
+  ``tests/train/test_parity.py``). It brings its own torch (a CUDA build, ~5.5 GB), torchvision,
+  transformers and deepspeed.
+- ``qwen-vl-utils`` 0.0.14: the video readers Qwen's recipes and LMMS Engine's users call
+  (``benchmarks/video_decode.py --peers``, ``tests/data/test_video_peers.py``), with its backends
+  ``decord`` 0.6.0 (a wheel that bundles its own FFmpeg) and ``torchcodec`` (needs the system's FFmpeg
+  shared libraries: ``apt-get install libavcodec59 libavformat59 libavutil57 libswscale6 libswresample4
+  libavdevice59 libavfilter8`` on Debian 12; the build records why it does not load when they are absent).
+  qwen-vl-utils imports torchvision at import time, and PyPI's torchvision does not load beside a CPU torch,
+  so this venv holds torch 2.14.1 + torchvision 0.29.1 (a CUDA build, ~5.5 GB). Its ``torchvision``
+  backend calls ``torchvision.io.read_video``, which torchvision 0.29 no longer has: the build records that
+  backend as unavailable rather than pulling an older torch.
+
+Each peer is installed from PyPI into a separate venv, never into vlforge's ``.venv``. Standard library
+only, so any Python >= 3.10 can run it.
+
+Default location: ``$VLFORGE_PEER_DIR`` (LMMS Engine) or ``$VLFORGE_QVU_PEER_DIR`` (qwen-vl-utils) if
+set, else ``$XDG_CACHE_HOME/vlforge/peers/<package>-<version>`` (``~/.cache/...``). A finished build
+holds ``vlforge-peer.json`` (versions, build seconds, and for qwen-vl-utils which video backends load);
+the tests and the benchmarks use a peer only when that file is there.
 
 Example:
-    python scripts/peer_env.py build          # ~5.5 GB, minutes (mostly I/O)
+    python scripts/peer_env.py build          # LMMS Engine: ~5.5 GB, minutes (mostly I/O)
+    python scripts/peer_env.py build --peer qwen-vl-utils
     python scripts/peer_env.py path           # prints the peer's python, exit 1 when not built
-    python scripts/peer_env.py info           # the JSON record of the build
+    python scripts/peer_env.py info --peer qwen-vl-utils   # the JSON record of the build
 """
 
 from __future__ import annotations
@@ -25,44 +40,111 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-PACKAGE = "lmms-engine"
-VERSION = "0.1.4"
 MARKER = "vlforge-peer.json"
-# what the record reports; pip resolves them from lmms-engine's own requirements
-REPORTED = ("lmms-engine", "torch", "torchvision", "transformers", "deepspeed", "accelerate", "numpy")
 
 
-def default_dir() -> Path:
-    """Where the peer venv lives: ``$VLFORGE_PEER_DIR`` or the user cache directory."""
-    if os.environ.get("VLFORGE_PEER_DIR"):
-        return Path(os.environ["VLFORGE_PEER_DIR"]).expanduser()
+@dataclass(frozen=True)
+class Peer:
+    package: str
+    version: str
+    env: str
+    """The environment variable that overrides the venv directory."""
+    install: tuple[str, ...]
+    """pip requirements, installed in one resolve."""
+    check: str
+    """Python code that must run in the finished venv."""
+    reported: tuple[str, ...]
+    """Distributions whose versions the record reports."""
+    optional: tuple[str, ...] = ()
+    """Requirements installed one by one after the rest; one that fails is recorded, not fatal."""
+    probe: str = ""
+    """Python code printing a JSON object merged into the record (what loads in the venv)."""
+
+
+# the qwen-vl-utils venv: which video backends load, and why not (one line each)
+_QVU_PROBE = r"""
+import json, importlib
+out = {}
+def why(exc):
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+try:
+    import decord
+    out["decord"] = {"available": True, "version": decord.__version__}
+except Exception as exc:
+    out["decord"] = {"available": False, "reason": why(exc)}
+try:
+    from torchcodec.decoders import VideoDecoder  # loads the FFmpeg libraries
+    import torchcodec
+    out["torchcodec"] = {"available": True, "version": torchcodec.__version__}
+except Exception as exc:
+    out["torchcodec"] = {"available": False, "reason": why(exc)}
+import torchvision, torchvision.io
+if hasattr(torchvision.io, "read_video"):
+    out["torchvision"] = {"available": True, "version": torchvision.__version__}
+else:
+    out["torchvision"] = {"available": False, "reason": f"torchvision {torchvision.__version__} has no io.read_video "
+                          "(qwen-vl-utils' torchvision backend needs a torchvision that still decodes video)"}
+print(json.dumps({"backends": out}))
+"""
+
+PEERS = {
+    "lmms-engine": Peer("lmms-engine", "0.1.4", "VLFORGE_PEER_DIR", ("lmms-engine==0.1.4",),
+                        "import lmms_engine, torch, transformers",
+                        # what the record reports; pip resolves them from lmms-engine's own requirements
+                        ("lmms-engine", "torch", "torchvision", "transformers", "deepspeed", "accelerate", "numpy")),
+    "qwen-vl-utils": Peer("qwen-vl-utils", "0.0.14", "VLFORGE_QVU_PEER_DIR",
+                          ("qwen-vl-utils==0.0.14", "torch==2.14.1", "torchvision==0.29.1", "decord==0.6.0"),
+                          "import qwen_vl_utils.vision_process, torch, torchvision",
+                          ("qwen-vl-utils", "torch", "torchvision", "decord", "torchcodec", "numpy", "av"),
+                          optional=("torchcodec",), probe=_QVU_PROBE),
+}
+DEFAULT_PEER = "lmms-engine"
+# the LMMS Engine peer's names, kept for the callers that import them
+PACKAGE = PEERS[DEFAULT_PEER].package
+VERSION = PEERS[DEFAULT_PEER].version
+REPORTED = PEERS[DEFAULT_PEER].reported
+
+
+def default_dir(peer: str = DEFAULT_PEER) -> Path:
+    """Where the peer venv lives: its environment variable or the user cache directory."""
+    spec = PEERS[peer]
+    if os.environ.get(spec.env):
+        return Path(os.environ[spec.env]).expanduser()
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "vlforge" / "peers" / f"{PACKAGE}-{VERSION}"
+    return cache / "vlforge" / "peers" / f"{spec.package}-{spec.version}"
 
 
-def peer_python(root: Path | None = None) -> Path | None:
+def peer_python(root: Path | None = None, peer: str = DEFAULT_PEER) -> Path | None:
     """The peer venv's python when a build finished there, else None."""
-    root = Path(root) if root else default_dir()
+    root = Path(root) if root else default_dir(peer)
     python = root / "bin" / "python"
     return python if (root / MARKER).is_file() and python.exists() else None
 
 
-def _versions(python: Path) -> dict[str, str]:
+def peer_record(root: Path | None = None, peer: str = DEFAULT_PEER) -> dict | None:
+    """The finished build's record (``vlforge-peer.json``), else None."""
+    root = Path(root) if root else default_dir(peer)
+    return json.loads((root / MARKER).read_text()) if peer_python(root, peer) else None
+
+
+def _versions(python: Path, reported: tuple[str, ...]) -> dict[str, str]:
     code = ("import importlib.metadata as m, json, sys\n"
             "out = {}\n"
             "for name in sys.argv[1:]:\n"
             "    try: out[name] = m.version(name)\n"
             "    except m.PackageNotFoundError: pass\n"
             "print(json.dumps(out))")
-    done = subprocess.run([str(python), "-c", code, *REPORTED], capture_output=True, text=True, check=True)
+    done = subprocess.run([str(python), "-c", code, *reported], capture_output=True, text=True, check=True)
     return json.loads(done.stdout)
 
 
-def build(root: Path, base_python: str, force: bool = False) -> dict:
-    """Create the venv and ``pip install lmms-engine==VERSION``; return the build record."""
-    if peer_python(root) and not force:
+def build(root: Path, base_python: str, force: bool = False, peer: str = DEFAULT_PEER) -> dict:
+    """Create the venv and ``pip install`` the peer's pinned requirements; return the build record."""
+    spec = PEERS[peer]
+    if peer_python(root, peer) and not force:
         return json.loads((root / MARKER).read_text())
     if root.exists() and any(root.iterdir()) and not (root / "pyvenv.cfg").is_file():
         raise SystemExit(f"peer_env: {root} exists and is not a virtual environment; choose another --dir")
@@ -73,12 +155,21 @@ def build(root: Path, base_python: str, force: bool = False) -> dict:
     python = root / "bin" / "python"
     pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, f"{PACKAGE}=={VERSION}"], check=True)
+    subprocess.run([*pip, *spec.install], check=True)
+    optional = {}
+    for requirement in spec.optional:  # e.g. torchcodec: a wheel may not exist for this platform
+        done = subprocess.run([*pip, requirement], capture_output=True, text=True)
+        optional[requirement] = "installed" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
     # the import check the tests rely on (CPU only: no GPU is needed to import or process data)
-    subprocess.run([str(python), "-c", "import lmms_engine, torch, transformers"], check=True)
-    record = {"package": PACKAGE, "version": VERSION, "python": str(python),
+    subprocess.run([str(python), "-c", spec.check], check=True)
+    record = {"package": spec.package, "version": spec.version, "python": str(python),
               "base_python": base_python, "build_seconds": round(time.monotonic() - start, 1),
-              "venv_bytes": _du(root), "versions": _versions(python)}
+              "venv_bytes": _du(root), "versions": _versions(python, spec.reported)}
+    if optional:
+        record["optional"] = optional
+    if spec.probe:
+        done = subprocess.run([str(python), "-c", spec.probe], capture_output=True, text=True, check=True)
+        record.update(json.loads(done.stdout.strip().splitlines()[-1]))
     tmp = root / (MARKER + ".tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     os.replace(tmp, root / MARKER)
@@ -98,19 +189,21 @@ def _du(root: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("build", "path", "info", "remove"))
+    parser.add_argument("--peer", choices=sorted(PEERS), default=DEFAULT_PEER, help="which peer (default: %(default)s)")
     parser.add_argument("--dir", type=Path, default=None, help="venv directory (default: %(default)s)")
     parser.add_argument("--python", default=shutil.which("python3.11") or sys.executable,
                         help="interpreter that creates the venv (3.11 finds the torch wheels on this disk)")
     parser.add_argument("--force", action="store_true", help="rebuild even when a finished build is there")
     args = parser.parse_args(argv)
-    root = (args.dir or default_dir()).expanduser()
+    root = (args.dir or default_dir(args.peer)).expanduser()
     if args.action == "build":
-        print(json.dumps(build(root, args.python, args.force), indent=2))
+        print(json.dumps(build(root, args.python, args.force, args.peer), indent=2))
         return 0
-    python = peer_python(root)
+    python = peer_python(root, args.peer)
     if args.action == "path":
         if python is None:
-            print(f"peer_env: no finished build in {root} (run: python scripts/peer_env.py build)", file=sys.stderr)
+            print(f"peer_env: no finished build in {root} (run: python scripts/peer_env.py build --peer {args.peer})",
+                  file=sys.stderr)
             return 1
         print(python)
         return 0
