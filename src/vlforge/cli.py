@@ -25,6 +25,7 @@ from rich.markup import escape
 
 from vlforge.errors import EXIT_CODES_HELP, ExitCode, VlforgeError
 from vlforge.tables import report_console
+from vlforge.versions import check_startup
 
 app = typer.Typer(
     name="vlforge",
@@ -455,12 +456,14 @@ def _command() -> typer.core.TyperGroup:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point (``argv``: the arguments after ``vlforge``, default ``sys.argv``): user errors
-    become one line on stderr and their exit code (2).
+    become one line on stderr and their exit code (2). An older torch or transformers than vlforge supports
+    (:mod:`vlforge.versions`) is such an error, for every command and for ``python -m vlforge.train``.
 
     The message is printed literally (escaped), so text such as ``pip install 'vlforge[plot]'`` is never
     read as rich markup.
     """
     try:
+        check_startup()  # an older torch or transformers than supported: one line, before any of it is imported
         _command()(args=argv, prog_name="vlforge")
     except VlforgeError as error:
         console.print(f"[bold red]error:[/] {escape(str(error))}", highlight=False, soft_wrap=True)

@@ -38,6 +38,10 @@ def mrope_position_ids(family: str, input_ids: torch.Tensor, mm_token_type_ids: 
                        tokens_per_second: float = 2.0) -> torch.Tensor:
     """(3, L) positions for one unpadded sample (``input_ids`` and ``mm_token_type_ids`` of shape (L,))."""
     cls = _model_class(family)
+    # an integral scale as an int, as checkpoints give it: transformers < 5.19 builds the temporal positions with
+    # it and then meets integer positions in one meshgrid (which refuses mixed dtypes)
+    if float(tokens_per_second).is_integer():
+        tokens_per_second = int(tokens_per_second)
     vision_config = SimpleNamespace(spatial_merge_size=spatial_merge_size, tokens_per_second=tokens_per_second)
     stand_in = SimpleNamespace(
         config=SimpleNamespace(vision_config=vision_config),

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import inspect
 import logging
 import sys
 from typing import Any
@@ -85,9 +86,8 @@ def ensure_processor_support() -> bool:
 
 def _install() -> None:
     import transformers
-    from transformers import processing_utils
+    from transformers import processing_utils, video_processing_utils
     from transformers.models.auto.video_processing_auto import AutoVideoProcessor
-    from transformers.video_processing_utils import VideoProcessorMixin
 
     from vlforge.models import frames_video
     from vlforge.models.families import FAMILIES
@@ -95,18 +95,27 @@ def _install() -> None:
     # Importing processing_utils replaces the lazy ``transformers`` module in sys.modules by a new one
     # (which processing_utils keeps); users may hold the earlier one: patch every handle.
     handles = (*_handles, transformers, processing_utils.transformers_module, sys.modules["transformers"])
+    # the class ProcessorMixin checks a video processor against (VideoProcessorMixin; BaseVideoProcessor before 5.19)
+    checked = processing_utils.MODALITY_TO_BASE_CLASS_MAPPING.get("video_processor", "VideoProcessorMixin")
+    base = getattr(video_processing_utils, checked)
     for module in {id(handle): handle for handle in handles}.values():
-        for name, value in (("VideoProcessorMixin", VideoProcessorMixin), ("AutoVideoProcessor", AutoVideoProcessor)):
+        for name, value in ((checked, base), ("AutoVideoProcessor", AutoVideoProcessor)):
             if name not in vars(module) or getattr(vars(module)[name], "_backends", None):  # absent or a placeholder
                 setattr(module, name, value)
+    by_backend = "video_processor_classes" in inspect.signature(AutoVideoProcessor.register).parameters
     for record in FAMILIES.values():
-        # The "alias" entry makes the stock name (as written in every file) resolve to our class.
-        AutoVideoProcessor.register(
-            getattr(transformers, record.config_class),
-            video_processor_classes={"torchvision": frames_video.STOCK_STANDINS[record.stock_video_processor],
-                                     "alias": record.stock_video_processor},
-            exist_ok=True,
-        )
+        standin = frames_video.STOCK_STANDINS[record.stock_video_processor]
+        config_class = getattr(transformers, record.config_class)
+        if by_backend:  # the "alias" entry makes the stock name (as written in every file) resolve to our class
+            AutoVideoProcessor.register(config_class, video_processor_classes={
+                "torchvision": standin, "alias": record.stock_video_processor}, exist_ok=True)
+            continue
+        # transformers < 5.19 registers one class and resolves a file's stock name through the top module,
+        # where it is a "requires torchvision" placeholder: our class takes the placeholder's place.
+        AutoVideoProcessor.register(config_class, standin, exist_ok=True)
+        for module in {id(handle): handle for handle in handles}.values():
+            if getattr(getattr(module, record.stock_video_processor, None), "_backends", None):
+                setattr(module, record.stock_video_processor, standin)
 
 
 def _initializing(name: str, finished: str | None = None) -> bool:

@@ -37,11 +37,28 @@ import numpy as np
 from PIL import Image
 from transformers.feature_extraction_utils import BatchFeature
 from transformers.processing_utils import VideosKwargs
-from transformers.video_processing_utils import VideoProcessorMixin
 from transformers.video_utils import VideoMetadata
 
 from vlforge.media.resize import smart_resize
 from vlforge.models.families import CLIP_MEAN, CLIP_STD, FAMILIES, Family
+
+
+def _video_processor_base() -> type:
+    """The base class of vlforge's frames video processor: transformers' torchvision-free
+    ``VideoProcessorMixin`` (transformers >= 5.19). Before 5.19 the only base is ``BaseVideoProcessor``, a
+    ``TorchvisionBackend``: vlforge's processor replaces its processing methods, and this subclass skips the
+    backend's ``__init__`` (which writes every option onto the instance), as ``VideoProcessorMixin`` does."""
+    from transformers import video_processing_utils
+    from transformers.image_processing_utils import BaseImageProcessor
+
+    if hasattr(video_processing_utils, "VideoProcessorMixin"):
+        return video_processing_utils.VideoProcessorMixin
+
+    class VideoProcessorBase(video_processing_utils.BaseVideoProcessor):
+        def __init__(self, **kwargs: Any) -> None:
+            BaseImageProcessor.__init__(self, **kwargs)
+
+    return VideoProcessorBase
 
 
 class FramesVideoKwargs(VideosKwargs, total=False):
@@ -100,7 +117,7 @@ def _is_single_video(videos: Any) -> bool:
     return False
 
 
-class FramesVideoProcessor(VideoProcessorMixin):
+class FramesVideoProcessor(_video_processor_base()):  # type: ignore[misc]
     """Video processor working on decoded frames with numpy/Pillow (no torchvision).
 
     Produces ``pixel_values_videos`` (rows of ``3 * temporal_patch_size * patch_size**2`` values in

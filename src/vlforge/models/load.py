@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 from vlforge.errors import ConfigError, ModelLoadError
 from vlforge.models import tiny
 from vlforge.models.compat import ensure_processor_support
+from vlforge.models.families import check_transformers
 from vlforge.models.presets import PRESET_PREFIX, REAL_PREFIX, parse_preset
 from vlforge.models.refs import DTYPE_NAMES, local_checkpoint
 from vlforge.outputs import cache_root, file_lock
@@ -202,6 +203,7 @@ def load(
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except Exception as error:
         raise ModelLoadError(f"cannot read {path / 'config.json'}: {error}") from error
+    check_transformers(config.model_type)
     model_class = _model_class(config)
     if source.startswith(REAL_PREFIX):
         model = _random_real(source, config, model_class, torch_dtype, torch_device, attn_implementation)
@@ -306,4 +308,6 @@ def load_model_config(ref: str) -> Any:
     """The transformers config of a model reference (tiny preset, local checkpoint, cached hub id); no weights."""
     from transformers import AutoConfig
 
-    return AutoConfig.from_pretrained(resolve(ref))
+    config = AutoConfig.from_pretrained(resolve(ref))
+    check_transformers(config.model_type)
+    return config

@@ -41,7 +41,7 @@ from pydantic import ConfigDict
 from vlforge.command import Job, always_ok
 from vlforge.errors import ConfigError, VlforgeError
 from vlforge.models.compat import ensure_processor_support
-from vlforge.models.families import family
+from vlforge.models.families import check_transformers, family
 from vlforge.models.templates import template
 from vlforge.models.tokenizer import TOKENIZERS
 from vlforge.outputs import check_output_dir, staged_dir
@@ -257,6 +257,7 @@ def write_tiny(
     from transformers import AutoModelForImageTextToText, GenerationConfig
 
     spec(name)
+    check_transformers(name)
     out_dir = Path(out_dir).expanduser().absolute()
     _check_target(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)

@@ -93,6 +93,26 @@ def router_aux_coef(model: torch.nn.Module) -> float:
     return float(setting("router_aux_loss_coef") or 0.0)
 
 
+def _takes_mask() -> bool:
+    """Whether transformers' models take a boolean ``logits_to_keep`` mask (``slice_logits_to_keep``, 5.21+)."""
+    from transformers import modeling_utils
+
+    return hasattr(modeling_utils, "slice_logits_to_keep")
+
+
+def masked_logits(model: torch.nn.Module, inputs: dict[str, Any], keep: torch.Tensor,
+                  **kwargs: Any) -> tuple[Any, torch.Tensor]:
+    """The model's output and its logits ``(keep.sum(), vocab)`` at the True positions of the boolean ``keep``
+    ``(batch, length)``, in row-major order; only those hidden states go through ``lm_head``. transformers
+    before 5.21 takes positions only: there the columns any row keeps are projected, then the mask selects."""
+    if _takes_mask():
+        out = model(**inputs, logits_to_keep=keep, **kwargs)
+        return out, out.logits.reshape(-1, out.logits.shape[-1])
+    columns = keep.any(0).nonzero().squeeze(1)
+    out = model(**inputs, logits_to_keep=columns, **kwargs)
+    return out, out.logits[keep[:, columns]]
+
+
 @dataclass
 class LossTerms:
     """What one micro-batch's forward gives the objective."""
@@ -130,8 +150,7 @@ def forward_loss(model: torch.nn.Module, batch: dict[str, Any], device: torch.de
         inputs.pop("attention_mask", None)
         inputs.update(packed_kwargs(batch, device))
     extra = {"output_router_logits": True} if router_aux else {}
-    out = model(**inputs, use_cache=False, logits_to_keep=full.to(device), **extra)
-    logits = out.logits.reshape(-1, out.logits.shape[-1])
+    out, logits = masked_logits(model, inputs, full.to(device), use_cache=False, **extra)
     aux = getattr(out, "aux_loss", None) if router_aux else None
     if router_aux and aux is None:
         raise ValueError(f"{type(model).__name__} returned no aux_loss with output_router_logits=True")
