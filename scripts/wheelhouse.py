@@ -8,8 +8,9 @@ satisfy. torch is never carried: the host's CUDA build stays.
 What the host holds is read from ``--host FILE``: the output of ``python -m pip list --format=freeze`` run on the
 host (works offline). A line ``name==version`` is checked against each requirement's specifier (a version that
 does not satisfy it is carried anyway); a bare ``name`` means present at an unknown version and is trusted.
-Without ``--host`` the host is taken to hold torch alone. A ``manifest.json`` beside the wheels records what was
-carried, what was left to the host and why, and the total size; ``--max-mb`` fails the build when the total
+Without ``--host`` the host is taken to hold torch alone. transformers is carried at the version every family
+needs (Qwen3.5 needs a newer one than vlforge's minimum) when the host's is older. A ``manifest.json`` beside the
+wheels records what was carried, what was left to the host and why, and the total size; ``--max-mb`` fails the build when the total
 exceeds it.
 
 Install on the host (no network):
@@ -119,9 +120,20 @@ def build_vlforge(out: Path) -> Path:
     return wheels[-1]
 
 
+def every_family() -> tuple[str, ...]:
+    """``transformers>=M`` where some family needs a newer transformers than vlforge's minimum
+    (``Family.transformers_min``, e.g. Qwen3.5): the host then trains every family, as the GPU check does."""
+    from vlforge.models.families import FAMILIES
+    from vlforge.versions import parse
+
+    newest = max((f.transformers_min for f in FAMILIES.values() if f.transformers_min), key=parse, default=None)
+    return (f"transformers>={newest}",) if newest else ()
+
+
 def build(out: Path, python_version: str, platforms: tuple[str, ...], host: dict[str, Version | None],
           extras: set[str], also: tuple[str, ...] = ()) -> dict:
     """Write the wheelhouse into ``out``; returns the manifest."""
+    also = (*also, *every_family())
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.whl"):
         old.unlink()

@@ -51,3 +51,12 @@ def test_the_project_wheel_metadata_is_what_the_walk_reads(tmp_path):
     assert data_files, "expected package data (the LMMS schema)"
     for path in data_files:
         assert str(path.relative_to(REPO / "src")) in shipped, path
+
+
+def test_transformers_is_carried_at_the_version_every_family_needs():
+    """vlforge runs on transformers 5.17, Qwen3.5 needs 5.24: a host holding 5.17 gets 5.24 (the GPU check trains it)."""
+    from vlforge.models.families import FAMILIES
+    from vlforge.versions import TRANSFORMERS_MIN, parse
+
+    assert WH.every_family() == ("transformers>=5.24",)
+    assert parse(FAMILIES["qwen3_5"].transformers_min) > parse(TRANSFORMERS_MIN)
