@@ -48,7 +48,7 @@ from torch.nn import functional as F
 
 from vlforge.errors import ConfigError
 from vlforge.models.module_names import vision_tower
-from vlforge.train.loss import LossTerms, model_inputs, target_mask
+from vlforge.train.loss import LossTerms, masked_logits, model_inputs, target_mask
 from vlforge.train.sp_router import group_balance_loss
 
 logger = logging.getLogger(__name__)
@@ -384,10 +384,9 @@ def sp_token_loss_sum(model: torch.nn.Module, batch: dict[str, Any], device: tor
         extra["output_router_logits"] = True
     state.pending = {"padded": padded, "mask": mask, "bounds": bounds}
     try:
-        out = model(**inputs, use_cache=False, logits_to_keep=local.to(device), **extra)
+        out, logits = masked_logits(model, inputs, local.to(device), use_cache=False, **extra)
     finally:
         state.pending = {}
-    logits = out.logits.reshape(-1, out.logits.shape[-1])
     token_sum = F.cross_entropy(logits.float(), targets.to(device), reduction="sum")
     if not router_aux:
         return LossTerms(token_sum)
