@@ -17,6 +17,10 @@ short table, the command's page the full one):
 - ``tiny_train``: the tiny training example of docs/train.md, ``vlforge train
   examples/qwen3_vl_tiny.yaml``, timed from start to exit (wall seconds, first and last logged loss)
 
+Two regions come from committed records instead (``RECORDS``), measured where this script does not measure:
+``gpu_suite`` (a lent GPU) and ``video_peers`` (``benchmarks/video_decode.py --sweep --peers``, which needs the
+qwen-vl-utils peer venv of ``scripts/peer_env.py``; docs/data.md).
+
 Measuring runs each one in its own process, one after the other, and records the machine with it (CPU
 model from /proc/cpuinfo, logical CPUs, torch version and threads, Python, UTC start and end, 1-minute
 load average before and after). Run it on a quiet machine: the figures are what it measured, whatever
@@ -394,6 +398,53 @@ def render_gpu_suite(entry: dict[str, Any]) -> str:
     return head + "\n\n" + patch + "\n\n" + "\n".join(lines)
 
 
+def render_video_peers(entry: dict[str, Any]) -> str:
+    """``benchmarks/video_decode.py --sweep --peers`` (vlforge's seek reader vs qwen-vl-utils' backends),
+    committed under benchmarks/records/ (the peer venv is built by scripts/peer_env.py, not in CI)."""
+    info, rows = entry["machine"], entry["rows"]
+    backends = list(rows[0]["peers"])
+    ran = [b for b in backends if any("seconds" in row["peers"][b] for row in rows)]
+    loads = [row["load_before"] for row in rows] + [info["load_after"]]
+    peer = info.get("peer") or {}
+    versions = peer.get("versions") or {}
+    head = (f"Measured {info['utc_start'][:10]} on {info['cpu']} ({info['logical_cpus']} logical CPUs, shared: 1-minute "
+            f"load {min(loads):.1f} to {max(loads):.1f} during the run), best of {entry['repeat']}; vlforge: PyAV "
+            f"{info['pyav']} (libavcodec {info['ffmpeg']['libavcodec']}); peer venv: qwen-vl-utils "
+            f"{versions.get('qwen-vl-utils', '?')}, torch {versions.get('torch', '?')}, "
+            + ", ".join(f"{b} {versions[b]}" for b in ("decord", "torchcodec", "torchvision") if b in versions)
+            + f"; record `{entry['record']}`. Cells: seconds (frames decoded per kept frame); "
+            "`=` frames identical to vlforge's, `≠` not.")
+
+    def cell(e: dict) -> str:
+        if "seconds" not in e:
+            return "-"
+        per = f"{e['decoded_per_kept']:.1f}" if e.get("decoded_per_kept") is not None else "?"
+        same = "=" if e.get("frames_identical") and e.get("indices_equal") else "≠"
+        return f"{e['seconds']:.2f} ({per}) {same}"
+
+    table = []
+    for row in rows:
+        ratio = row["vlforge_vs_fastest_peer"]
+        table.append([f"{row['size'][0]}x{row['size'][1]}", str(row["gop"]), str(row["bframes"]), f"{row['sample_fps']:g}",
+                      f"{row['frames_kept']:,}", f"{row['seek_seconds']:.2f} ({row['decoded_per_kept_seek']:.1f})",
+                      *[cell(row["peers"][b]) for b in ran],
+                      "-" if ratio is None else _bold(f"{ratio:.2f}x", not row["vlforge_at_least_as_fast"])])
+    body = _table(["size", "GOP", "B-frames", "sample fps", "kept", "vlforge seek", *ran,
+                   "fastest peer / vlforge"], table)
+    wins = sum(bool(row["vlforge_at_least_as_fast"]) for row in rows)
+    exact = all(row["peers"][b].get("frames_identical") and row["peers"][b].get("indices_equal")
+                for row in rows for b in ran if "seconds" in row["peers"][b])
+    lines = [f"- vlforge at least as fast as the fastest peer reader on **{wins} of {len(rows)}** rows"
+             + ("" if wins == len(rows) else " (bold: the rows where a peer was faster)")
+             + f"; every peer frame {'identical' if exact else 'NOT identical'} to vlforge's (same indices, same "
+             "RGB bytes before any resize)"]
+    for b in backends:
+        reasons = {row["peers"][b].get("skipped") or row["peers"][b].get("error") for row in rows} - {None}
+        if reasons:
+            lines.append(f"- `{b}`: not run ({'; '.join(sorted(reasons))})")
+    return head + "\n\n" + body + "\n\n" + "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Region:
     """A marked region ``<!-- figures:NAME:start/end -->`` of ``file`` rendered from measurement ``name``."""
@@ -413,9 +464,12 @@ REGIONS: tuple[Region, ...] = (
     Region("docs/extract.md", "extract", render_extract_detail),
     Region("docs/train.md", "tiny_train", render_tiny_train),
     Region("README.md", "gpu_suite", render_gpu_suite),
+    Region("docs/data.md", "video_peers", render_video_peers),
 )
-RECORDS: dict[str, str] = {"gpu_suite": "benchmarks/records/gpu_suite_h200.json"}
-"""Measurements this script cannot take here (they need a GPU): rendered from the committed record file."""
+RECORDS: dict[str, str] = {"gpu_suite": "benchmarks/records/gpu_suite_h200.json",
+                           "video_peers": "benchmarks/records/video_peers.json"}
+"""Measurements this script does not take (a GPU; a peer venv of several GB): rendered from the committed
+record file."""
 
 
 def read_record(name: str) -> dict[str, Any]:
