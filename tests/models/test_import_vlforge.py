@@ -66,7 +66,8 @@ def test_auto_processor_of_every_family_after_import_vlforge(tiny_checkpoint):
     # nothing of vlforge beyond `import vlforge` and what its hook loads (the family records: light, no torch)
     assert set(report["vlforge_modules"]) <= {"vlforge", "vlforge.lazy", "vlforge.models", "vlforge.models.compat",
                                               "vlforge.models.frames_video", "vlforge.models.families",
-                                              "vlforge.errors", "vlforge.media", "vlforge.media.resize"}
+                                              "vlforge.errors", "vlforge.media", "vlforge.media.resize",
+                                              "vlforge.versions"}
     for family, directory in zip(names, dirs, strict=True):
         entry = report["directories"][directory]
         assert entry["model_type"] == family and entry["unknown"] == []

@@ -272,7 +272,8 @@ KEY_TABLE: tuple[KeyMap, ...] = (
     KeyMap("trainer_args.use_liger_kernel", "use_liger_kernel", "warning when liger-kernel is not installed"),
     KeyMap("trainer_args.use_rmpad", "use_rmpad"),
     KeyMap("trainer_args.sp_ulysses_degree", "sp_ulysses_degree",
-           "Ulysses sequence parallelism (Qwen3-VL, Qwen2.5-VL, Qwen2-VL, GLM-4V); see Sequence parallelism"),
+           "Ulysses sequence parallelism (every family, the MoE and linear-attention ones included); see Sequence "
+           "parallelism"),
     KeyMap("trainer_args.fsdp2", "", "accepted either way: LMMS Engine's fsdp2_trainer always shards with FSDP2, "
            "and so does vlforge (`fsdp.fsdp2: true`)", _fsdp2),
     KeyMap("trainer_args.fsdp_config.transformer_layer_cls_to_wrap", "fsdp.transformer_layer_cls_to_wrap"),

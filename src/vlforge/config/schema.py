@@ -343,8 +343,8 @@ class TrainConfig(StrictModel):
     checkpointing: CheckpointingConfig = Field(default_factory=CheckpointingConfig)
     """Checkpoints and resume."""
     sp_ulysses_degree: int = Field(default=1, ge=1)
-    """Ulysses sequence-parallel degree (Qwen3-VL, Qwen2.5-VL, Qwen2-VL, GLM-4V): ranks that split one sequence;
-    divides processes and heads."""
+    """Ulysses sequence-parallel degree (every family): ranks that split one sequence; divides processes and heads
+    (Qwen3.5: also its linear-attention key heads)."""
     use_liger_kernel: bool = False
     """Use Liger fused kernels when liger-kernel is installed."""
     use_rmpad: bool = False
