@@ -42,24 +42,24 @@ def _family_refused_here(error: BaseException) -> bool:
         versions.parse(versions.installed("transformers") or "0") < newest
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item: pytest.Item):
+def _skip_refused_families():
+    """Hook wrapper body: a test a family refused here (see :func:`_family_refused_here`) is skipped with that line."""
     try:
         return (yield)
     except Exception as error:
         if _family_refused_here(error):
             pytest.skip(str(error))
         raise
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    return (yield from _skip_refused_families())
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    try:
-        return (yield)
-    except Exception as error:
-        if _family_refused_here(error):
-            pytest.skip(str(error))
-        raise
+    return (yield from _skip_refused_families())
 
 
 @pytest.fixture(autouse=True)
