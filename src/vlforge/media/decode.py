@@ -4,9 +4,15 @@ A frame's *index* is its position in presentation order: the n-th frame the deco
 stream is read from the start. :func:`read_video` returns exactly the frames the sequential read gives
 for those indices, without decoding the whole clip:
 
-1. A demux pass over packets (no decoding) gives every frame's pts; sorted, they are the presentation
-   order, so index <-> pts needs no frame rate (variable frame rate, ``start_time != 0`` and B-frame
-   reordering included). Keyframe packets give the seek points.
+1. Every frame's pts, from its packet; sorted, they are the presentation order, so index <-> pts needs no
+   frame rate (variable frame rate, ``start_time != 0`` and B-frame reordering included). Keyframe packets
+   give the seek points. For MP4/MOV streams of at least ``TABLES_MIN_FRAMES`` frames the packets' pts and
+   keyframe flags come from the container's sample tables (:mod:`vlforge.media.mp4_index`; 4-14x faster
+   than demuxing 9,000-36,000 packets), checked against the open container: stream, time base and frame
+   count, 32 of FFmpeg's index entries, and the first two GOPs (at least 64 packets) demuxed. Otherwise -
+   other containers, fragmented files, edit lists other than one plain edit, H.264 with recovery-point SEI
+   or changing parameter sets, any disagreement - a demux pass over the packets (no decoding) gives them,
+   with the reason logged at debug level. Both feed one function, so the frame index is the same either way.
 2. For each wanted index (ascending), if a keyframe lies between the decoder's position and the target
    (and the target is more than ``near`` frames ahead), seek to that keyframe
    (``container.seek(pts, stream=..., backward=True, any_frame=False)``), else decode forward. Frames are
@@ -42,23 +48,34 @@ from __future__ import annotations
 import bisect
 import io
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from fractions import Fraction
+from itertools import chain
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
 import av
 import numpy as np
 from av.video.reformatter import VideoReformatter
 
+from vlforge.media.mp4_index import Source, VideoSamples, read_video_samples
+
 logger = logging.getLogger(__name__)
 
-Source = str | Path | bytes | Callable[[], BinaryIO]
-"""A file path, the file's bytes, or a function opening a binary file object (``Media.open``)."""
 Pick = Callable[[int, float], list[int]]
 """``(total_frames, video_fps) -> indices`` of the frames to keep."""
 Method = Literal["auto", "seek", "sequential"]
+
+MOV_FORMAT = "mov,mp4,m4a,3gp,3g2,mj2"
+"""FFmpeg's name of the demuxer whose files :mod:`vlforge.media.mp4_index` reads."""
+TABLES_MIN_FRAMES = 300
+"""Shorter MP4/MOV streams are demuxed: the tables' fixed cost (~1 ms) and check make them no faster."""
+HEAD_PACKETS = 64
+"""The fewest packets demuxed to check the sample tables against the demuxer."""
+INDEX_CHECKS = 32
+"""FFmpeg index entries compared with the sample tables (evenly spaced, the last included)."""
 
 DECODE_ERRORS: tuple[type[BaseException], ...] = (av.error.FFmpegError, ValueError, OSError)
 """What :func:`read_video` raises for an unreadable, corrupt or empty video."""
@@ -124,37 +141,148 @@ def _rate(stream: Any) -> float:
     return float(stream.average_rate or stream.guessed_rate or 24)
 
 
-def _probe(source: Source, want_index: bool) -> tuple[int, float, FrameIndex | None, str]:
-    """Frame count, fps and (if asked) the frame index from one demux pass; the last item says why
-    there is no index."""
+@dataclass(frozen=True)
+class _Packets:
+    """The video packets as the demux pass counts them: how many carry data, and the pts (None when one
+    lacks it) and keyframe flags of those not marked discard, in decode order."""
+
+    counted: int
+    pts: np.ndarray | None
+    keyframe: np.ndarray
+
+
+def _probe(source: Source, want_index: bool, *, sample_tables: bool = True
+           ) -> tuple[int, float, FrameIndex | None, str]:
+    """Frame count, fps and (if asked) the frame index, from an MP4/MOV file's sample tables when they are
+    shown to give the demuxer's packets (``sample_tables=False`` skips them), else from one demux pass; the
+    last item says why there is no index."""
     with _open(source) as container:
         stream = _video_stream(container)
         rate = _rate(stream)
         if not want_index:
             total = stream.frames or sum(1 for p in container.demux(stream) if p.size)
             return int(total), rate, None, "sequential decode requested"
-        counted, pts, keys = 0, [], []
-        for packet in container.demux(stream):
-            if not packet.size:
-                continue
-            counted += 1
-            if not packet.is_discard:
-                pts.append(packet.pts)
-                keys.append(packet.is_keyframe)
-        total = int(stream.frames or counted)
-    if not pts:
-        return total, rate, None, "no packets"
-    if any(p is None for p in pts):
+        demux = container.demux(stream)
+        try:
+            packets, why, head = (_packets_from_tables(source, container, stream, demux) if sample_tables
+                                  else (None, "sample tables not asked for", []))
+            if packets is None:
+                logger.debug("frame index by demuxing (%s)", why)
+                packets = _demuxed(chain(head, demux))
+        finally:
+            demux.close()  # the fast path leaves it part-read: end it while the container is open
+        total = int(stream.frames or packets.counted)
+    if packets.pts is None:
         return total, rate, None, "packets without pts"
-    raw = np.asarray(pts, dtype=np.int64)
-    order = np.argsort(raw, kind="stable")
-    ordered = raw[order]
+    index, why = _frame_index(packets.pts, packets.keyframe)
+    return total, rate, index, why
+
+
+def _demuxed(packets: Iterable[Any]) -> _Packets:
+    """Count the packets with data and keep the pts and keyframe flag of those not marked discard."""
+    counted, pts, keys = 0, [], []
+    for packet in packets:
+        if not packet.size:
+            continue
+        counted += 1
+        if not packet.is_discard:
+            pts.append(packet.pts)
+            keys.append(packet.is_keyframe)
+    missing = any(p is None for p in pts)
+    return _Packets(counted, None if missing else np.asarray(pts, dtype=np.int64), np.asarray(keys, dtype=bool))
+
+
+def _frame_index(pts: np.ndarray, keyframe: np.ndarray) -> tuple[FrameIndex | None, str]:
+    """Presentation order from the packets' pts (decode order) and the keyframes' positions in it."""
+    if not len(pts):
+        return None, "no packets"
+    order = np.argsort(pts, kind="stable")
+    ordered = pts[order]
     if np.any(np.diff(ordered) == 0):
-        return total, rate, None, "duplicate packet pts"
+        return None, "duplicate packet pts"
     rank = np.empty_like(order)
     rank[order] = np.arange(len(order))
-    keyframes = sorted({0, *rank[np.asarray(keys, dtype=bool)].tolist()})
-    return total, rate, FrameIndex(ordered, keyframes), ""
+    keyframes = sorted({0, *rank[keyframe].tolist()})
+    return FrameIndex(ordered, keyframes), ""
+
+
+def _packets_from_tables(source: Source, container: Any, stream: Any, demux: Iterator[Any]
+                         ) -> tuple[_Packets | None, str, list[Any]]:
+    """The packets from the MP4/MOV sample tables (:mod:`vlforge.media.mp4_index`) once cheap checks
+    against the open container agree, else None and why; last, the packets read from ``demux`` meanwhile
+    (the demux pass goes on from them)."""
+    if container.format.name != MOV_FORMAT:
+        return None, f"{container.format.name} is not an MP4/MOV container", []
+    if 0 < stream.frames < TABLES_MIN_FRAMES:
+        return None, f"{stream.frames} frames (demuxing so few is as fast)", []
+    samples, why = read_video_samples(source)
+    if samples is None:
+        return None, why, []
+    why = _stream_mismatch(samples, container, stream) or _index_entries_mismatch(samples, stream)
+    if why:
+        return None, why, []
+    has_data = samples.size > 0  # an empty sample gives no packet or an empty one: neither is a frame
+    pts, keyframe, size = samples.pts[has_data], samples.keyframe[has_data], samples.size[has_data]
+    head = _read_head(demux, _head_length(keyframe))
+    if _head_length(keyframe) == len(pts):
+        head.extend(demux)  # the whole stream: nothing with data may follow
+    why = _head_mismatch(head, pts, keyframe, size)
+    if why:
+        return None, why, head
+    return _Packets(len(pts), pts, keyframe), "", head
+
+
+def _stream_mismatch(samples: VideoSamples, container: Any, stream: Any) -> str:
+    n = len(samples.pts)
+    facts = {"time base": (stream.time_base, Fraction(1, samples.timescale)),
+             "codec": (stream.codec_context.name, samples.codec),
+             "stream index": (stream.index, samples.track_index), "track id": (stream.id, samples.track_id),
+             "stream count": (len(container.streams), samples.track_count),
+             "frame count": (stream.frames or n, n), "index entries": (len(stream.index_entries), n)}
+    return next((f"{name} {got} != {want} of the sample tables" for name, (got, want) in facts.items()
+                 if got != want), "")
+
+
+def _index_entries_mismatch(samples: VideoSamples, stream: Any) -> str:
+    """Spot-check FFmpeg's index (dts, keyframe, discard, size) at evenly spaced samples and the last."""
+    entries = stream.index_entries
+    for i in sorted({*np.linspace(0, len(samples.pts) - 1, INDEX_CHECKS).astype(int).tolist()}):
+        entry = entries[i]
+        got = (entry.timestamp, entry.is_keyframe, entry.is_discard, entry.size)
+        want = (int(samples.dts[i]), bool(samples.sync[i]), False, int(samples.size[i]))
+        if got != want:
+            return f"index entry {i} is {got}, the sample tables give {want}"
+    return ""
+
+
+def _head_length(keyframe: np.ndarray) -> int:
+    """Packets to compare: the first two GOPs (at most 1024 packets) or 64, whichever is more."""
+    starts = np.flatnonzero(keyframe)
+    two_gops = int(starts[2]) if len(starts) > 2 else len(keyframe)
+    return min(len(keyframe), max(HEAD_PACKETS, min(two_gops, 1024)))
+
+
+def _read_head(demux: Iterator[Any], count: int) -> list[Any]:
+    """Packets from ``demux`` until ``count`` of them carry data."""
+    head, with_data = [], 0
+    for packet in demux:
+        head.append(packet)
+        with_data += bool(packet.size)
+        if with_data == count:
+            break
+    return head
+
+
+def _head_mismatch(head: list[Any], pts: np.ndarray, keyframe: np.ndarray, size: np.ndarray) -> str:
+    """Compare the first demuxed packets with data (pts, keyframe, discard, size) with the sample tables'."""
+    got = [(p.pts, p.is_keyframe, p.is_discard, p.size) for p in head if p.size]
+    if len(got) != _head_length(keyframe):
+        return f"the demuxer gave {len(got)} of the first {_head_length(keyframe)} packets of {len(pts)}"
+    for i, packet in enumerate(got):
+        want = (int(pts[i]), bool(keyframe[i]), False, int(size[i]))
+        if packet != want:
+            return f"packet {i} is {packet}, the sample tables give {want}"
+    return ""
 
 
 class _Cursor:
