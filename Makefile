@@ -31,12 +31,13 @@ lint: install-dev
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/lint-imports
 
-# Two workers by default (the 2-core CI machine); TEST_WORKERS=0 runs in one process. Every test's seconds
-# (setup + call + teardown) land in TEST_REPORT (JUnit XML) for profiling the suite.
+# Two workers by default (the 2-core CI machine); TEST_WORKERS=0 runs in one process. Tests sharing a module
+# fixture (a training run, a torchrun launch) or a docs page run on one worker, heaviest units first
+# (tests/conftest.py). Every test's seconds (setup + call + teardown) land in TEST_REPORT (JUnit XML).
 TEST_WORKERS ?= 2
 TEST_REPORT ?= .pytest-report.xml
 test: install-dev lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=40 --junitxml $(TEST_REPORT)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=40 --junitxml $(TEST_REPORT)
 
 bench: install
 	$(BIN)/python benchmarks/patch_embed.py

@@ -64,7 +64,7 @@ def test_every_alias_of_a_concept_lands_on_one_module(models):
 
 def test_freeze_visual_freezes_exactly_the_tower(caplog):
     model = load("tiny:qwen3_vl", device="cpu").model  # its own copy: freeze changes it
-    with caplog.at_level(logging.INFO, logger="vlforge.train"):
+    with caplog.at_level(logging.INFO, logger="vlforge"):
         count = freeze(model, ["visual", "model.layers.0"])
     frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
     under = ("model.visual.", "model.language_model.layers.0.")
@@ -113,7 +113,7 @@ def test_layer_classes_exact_renamed_or_refused(models, caplog):
     qwen3, qwen25 = models("qwen3_vl"), models("qwen2_5_vl")
     assert {c.__name__ for c in layer_classes(qwen3, ["Qwen3VLTextDecoderLayer"])} == {"Qwen3VLTextDecoderLayer"}
     assert {c.__name__ for c in layer_classes(qwen25, ["Qwen2_5_VLDecoderLayer"])} == {"Qwen2_5_VLDecoderLayer"}
-    with caplog.at_level(logging.INFO, logger="vlforge.train"):
+    with caplog.at_level(logging.INFO, logger="vlforge"):
         renamed = resolve_layer_classes(qwen3, ["Qwen3VLDecoderLayer"])  # the text layer, before transformers 5
     assert renamed["Qwen3VLDecoderLayer"].__name__ == "Qwen3VLTextDecoderLayer"
     assert any("'Qwen3VLDecoderLayer' -> Qwen3VLTextDecoderLayer" in r.getMessage() for r in caplog.records)
