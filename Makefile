@@ -31,13 +31,13 @@ lint: install-dev
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/lint-imports
 
-# Two workers by default (the 2-core CI machine); TEST_WORKERS=0 runs in one process. Tests sharing a module
-# fixture (a training run, a torchrun launch) or a docs page run on one worker, heaviest units first
-# (tests/conftest.py). Every test's seconds (setup + call + teardown) land in TEST_REPORT (JUnit XML).
+# Two workers by default (the 2-core CI machine); TEST_WORKERS=0 runs in one process. A test file stays on one
+# worker (its module fixtures - a training run, a torchrun launch - are built once; a docs page's blocks use
+# each other's files), files with more slow tests first (tests/conftest.py). Every test's seconds (setup + call + teardown) land in TEST_REPORT (JUnit XML).
 TEST_WORKERS ?= 2
 TEST_REPORT ?= .pytest-report.xml
 test: install-dev lint
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=40 --junitxml $(TEST_REPORT)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40 --junitxml $(TEST_REPORT)
 
 bench: install
 	$(BIN)/python benchmarks/patch_embed.py

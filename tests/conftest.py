@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -62,37 +63,18 @@ def pytest_runtest_call(item: pytest.Item):
     return (yield from _skip_refused_families())
 
 
-def _work_unit(item: pytest.Item) -> str | None:
-    """The xdist work unit ``item`` must share a worker with: ``same_worker(NAME)`` when marked (tests that use
-    an earlier test's files), its module when it uses a module-scoped fixture (a training run, a torchrun
-    launch: built once, not once per worker), else None (any worker)."""
-    mark = item.get_closest_marker("same_worker")
-    if mark is not None:
-        return str(mark.args[0])
-    fixtures = getattr(item, "_fixtureinfo", None)
-    if fixtures is not None and any(defs[-1].scope in ("module", "package", "class")
-                                    for defs in fixtures.name2fixturedefs.values()):
-        return item.nodeid.split("::")[0]
-    return None
+def _test_file(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Work units for ``--dist loadgroup`` (before xdist reads the ``xdist_group`` marks), and the heaviest
-    first: units holding more ``slow`` tests run before the rest, so the cheap tests fill the last minutes of
-    both workers instead of one worker finishing a long launch alone (the Makefile passes
-    ``--no-loadscope-reorder`` so this order is kept)."""
-    units = {item.nodeid: _work_unit(item) for item in items}
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            if units[item.nodeid] is not None:
-                item.add_marker(pytest.mark.xdist_group(units[item.nodeid]))
-    slow: dict[str, int] = {}
-    for item in items:
-        if item.get_closest_marker("slow"):
-            key = units[item.nodeid] or item.nodeid
-            slow[key] = slow.get(key, 0) + 1
-    items.sort(key=lambda item: -slow.get(units[item.nodeid] or item.nodeid, 0))  # stable
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Test files with more ``slow`` tests first (stable within a file). The Makefile runs ``--dist loadfile
+    --no-loadscope-reorder``: a file stays on one xdist worker (its module fixtures - a training run, a torchrun
+    launch - are built once; a docs page's blocks see the files earlier blocks wrote), files start in this
+    order, and the cheap ones fill the last minutes of both workers."""
+    slow = Counter(_test_file(item) for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[_test_file(item)])
 
 
 @pytest.fixture(autouse=True)

@@ -350,8 +350,7 @@ def _tail(text: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("block", [pytest.param(block, id=block.id, marks=pytest.mark.same_worker(block.page))
-                                   for block in BLOCKS])
+@pytest.mark.parametrize("block", BLOCKS, ids=[block.id for block in BLOCKS])
 def test_doc_block(block: Block, page_workdir):
     if block.skip:
         pytest.skip(f"{block.id}: {block.skip}")
