@@ -33,7 +33,8 @@ lint: install-dev
 
 # Two workers by default (the 2-core CI machine); TEST_WORKERS=0 runs in one process. A test file stays on one
 # worker (its module fixtures - a training run, a torchrun launch - are built once; a docs page's blocks use
-# each other's files), files with more slow tests first (tests/conftest.py). Every test's seconds (setup + call + teardown) land in TEST_REPORT (JUnit XML).
+# each other's files), files with more slow tests first (tests/conftest.py). Every test's seconds
+# (setup + call + teardown) land in TEST_REPORT (JUnit XML).
 TEST_WORKERS ?= 2
 TEST_REPORT ?= .pytest-report.xml
 test: install-dev lint
