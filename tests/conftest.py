@@ -1,7 +1,8 @@
-"""Shared fixtures: tiny checkpoints written once per test session into a temporary directory."""
+"""Shared fixtures: tiny checkpoints written once per test run into a temporary directory, shared by the workers."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+import warmstart
 
 _SHARED = "VLFORGE_TEST_SESSION_CACHE"
 """Set by the main pytest process: its xdist workers inherit it and share one cache (presets are built under a
@@ -20,15 +23,53 @@ _CACHE_DIR = os.environ.get(_SHARED) if _WORKER and os.environ.get(_SHARED) else
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Tests never read or write the user's preset cache: ``tiny:FAMILY`` presets go to a session dir."""
+    """Tests never read or write the user's preset cache: ``tiny:FAMILY`` presets go to a session dir. Tests
+    run offline, without progress bars. A process that runs tests starts its warm-start server
+    (tests/warmstart.py) here, in the background: its subprocesses skip ~6 s of importing torch and transformers."""
     os.environ["VLFORGE_CACHE_DIR"] = _CACHE_DIR
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # as vlforge's CLI does; quieter captured output
     if not _WORKER:
         os.environ[_SHARED] = _CACHE_DIR
+    _share_the_cores()
+    runs_tests = _WORKER or not config.getoption("numprocesses", None)
+    if runs_tests and os.environ.get(warmstart.SWITCH_VARIABLE, "1") != "0" and not config.option.collectonly:
+        from vlforge.models.families import FAMILIES
+
+        warmstart.start(sorted({name for family in FAMILIES.values() for name in (
+            family.config_class, family.model_class, family.processor_class, family.image_processor_class,
+            family.stock_video_processor)}))
+
+
+def _share_the_cores() -> None:
+    """An xdist worker computes with its share of the cores (2 workers on 2 cores: one thread each): two
+    workers of 2 threads each on 2 cores ran a tiny model's forward and backward 45% slower than two of one
+    thread (OpenMP threads waiting on each other across the oversubscribed cores). Only this process: its
+    subprocesses keep torch's default, as a user's would (tests that train in a subprocess set
+    ``OMP_NUM_THREADS=1`` themselves). A user's own ``OMP_NUM_THREADS`` wins."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if _WORKER and workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    warmstart.stop(Path(_CACHE_DIR) / f"warmstart-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}.json")
     if not _WORKER or os.environ.get(_SHARED) != _CACHE_DIR:  # the main process removes the shared one
         shutil.rmtree(_CACHE_DIR, ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """One line: how many subprocesses the warm start served, how many started cold and why (tests/warmstart.py)."""
+    if _WORKER:
+        return
+    warmstart.stop(Path(_CACHE_DIR) / "warmstart-main.json")  # -n 0: this process ran the tests
+    tallies = [json.loads(path.read_text()) for path in sorted(Path(_CACHE_DIR).glob("warmstart-*.json"))]
+    if sum(t["served"] + t["cold"] for t in tallies):
+        variables = sorted({name for tally in tallies for name in tally["variables"]})
+        terminalreporter.write_line(
+            f"warm start: {sum(t['served'] for t in tallies)} subprocesses served, {sum(t['cold'] for t in tallies)} "
+            f"started cold" + (f" (their environment differs in {', '.join(variables)})" if variables else ""))
 
 
 def _family_refused_here(error: BaseException) -> bool:
@@ -83,17 +124,20 @@ def _deterministic_cpu() -> None:
 
 
 @pytest.fixture(scope="session")
-def tiny_checkpoint(tmp_path_factory: pytest.TempPathFactory):
-    """Factory fixture: ``tiny_checkpoint("qwen3_vl", seed=0) -> Path`` of a written tiny checkpoint."""
-    from vlforge.models.tiny import write_tiny
+def tiny_checkpoint():
+    """Factory fixture: ``tiny_checkpoint("qwen3_vl", seed=0) -> Path`` of a written tiny checkpoint: the
+    ``tiny:FAMILY@SEED`` preset of this run's shared cache (written once per run under a file lock, whichever
+    xdist worker asks first; a run's ``tiny:`` presets and cached token audits are the same files)."""
+    from vlforge.models.load import preset_path
 
     cache: dict[tuple[str, int], Path] = {}
 
     def make(family: str, seed: int = 0) -> Path:
         key = (family, seed)
         if key not in cache:
-            out = tmp_path_factory.mktemp(f"tiny-{family}-{seed}")
-            cache[key] = write_tiny(family, out, seed=seed)
+            with pytest.MonkeyPatch.context() as patch:  # the run's cache, even inside a test that moved it
+                patch.setenv("VLFORGE_CACHE_DIR", _CACHE_DIR)
+                cache[key] = preset_path(f"tiny:{family}@{seed}")
         return cache[key]
 
     return make

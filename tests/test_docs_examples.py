@@ -53,6 +53,8 @@ from pathlib import Path
 
 import pytest
 
+import warmstart
+
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 SHELL_LANGUAGES = {"bash", "sh", "shell", "console"}
@@ -308,19 +310,33 @@ def test_console_fragments_ignore_numbers_and_borders():
     assert expected_fragments(output) == ["patch_layer.fp", "FAIL", "verdict: FAIL: x =", "end to end ("]
 
 
-def _shell_text(command: str, workdir: Path) -> str:
-    """The command as run here: this environment's tools, /tmp moved under the working directory."""
+def _shell_text(command: str, workdir: Path, tools: Path | None = None) -> str:
+    """The command as run here: this environment's tools, /tmp moved under the working directory. ``tools``:
+    a folder whose ``python`` / ``vlforge`` / ``torchrun`` stand in for ``.venv/bin``'s (the warm start)."""
     bin_dir = Path(sys.executable).parent
+    python = tools / "python" if tools else Path(sys.executable)
     # /tmp first: this checkout's own tools may live under /tmp (a fresh clone there) and must stay put.
     text = re.sub(r"(?<![\w./-])/tmp/", str(workdir / "tmp") + "/", command)
-    text = re.sub(r"(?<![\w./-])\.venv/bin/python(?![\w.])", shlex.quote(sys.executable), text)
-    return re.sub(r"(?<![\w./-])\.venv/bin/", shlex.quote(str(bin_dir)) + "/", text)
+    text = re.sub(r"(?<![\w./-])\.venv/bin/python(?![\w.])", shlex.quote(str(python)), text)
+
+    def tool(match: re.Match) -> str:
+        name = match["name"]
+        folder = tools if tools and (tools / name).exists() else bin_dir
+        return shlex.quote(str(folder / name))
+
+    return re.sub(r"(?<![\w./-])\.venv/bin/(?P<name>[\w.-]+)", tool, text)
 
 
 def test_commands_are_mapped_to_this_environment(tmp_path: Path):
     text = _shell_text(".venv/bin/python x.py --out /tmp/a && .venv/bin/vlforge tiny a b", tmp_path)
     assert text == (f"{shlex.quote(sys.executable)} x.py --out {tmp_path}/tmp/a && "
                     f"{shlex.quote(str(Path(sys.executable).parent))}/vlforge tiny a b")
+    (tmp_path / "warm").mkdir()
+    (tmp_path / "warm" / "vlforge").touch()
+    text = _shell_text(".venv/bin/python x.py && .venv/bin/vlforge tiny && .venv/bin/ruff check", tmp_path,
+                       tmp_path / "warm")
+    assert text == (f"{tmp_path}/warm/python x.py && {tmp_path}/warm/vlforge tiny && "
+                    f"{shlex.quote(str(Path(sys.executable).parent))}/ruff check")
 
 
 _FAILED_PAGES: dict[str, str] = {}
@@ -357,14 +373,17 @@ def test_doc_block(block: Block, page_workdir):
     if block.page in _FAILED_PAGES:
         pytest.skip(f"{block.id}: an earlier block of {block.page} failed ({_FAILED_PAGES[block.page]})")
     workdir = page_workdir(block.page)
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "COLUMNS": "200", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    tools = warmstart.tools()
+    path = os.pathsep.join([*([str(tools.bin)] if tools else []), str(Path(sys.executable).parent),
+                            os.environ.get("PATH", "")])
+    env = {**os.environ, "PATH": path, "COLUMNS": "200", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     _FAILED_PAGES[block.page] = block.id  # cleared below when every command passed
     for index, command in enumerate(block.commands):
         where = f"{block.page}:{command.line}"
         expected = block.expected_exit(index)
         try:
-            proc = subprocess.run(["bash", "-o", "pipefail", "-c", _shell_text(command.text, workdir)],
+            proc = subprocess.run(["bash", "-o", "pipefail", "-c",
+                                   _shell_text(command.text, workdir, tools.bin if tools else None)],
                                   cwd=workdir, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
         except subprocess.TimeoutExpired as error:
             pytest.fail(f"{where}: `{command.text}` ran past {COMMAND_TIMEOUT_S} s (in {workdir})\n"

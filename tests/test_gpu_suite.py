@@ -9,13 +9,15 @@ from pathlib import Path
 
 import pytest
 
+import warmstart
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
 def test_tiny_suite_runs_every_section_on_this_machine(tmp_path):
     table = tmp_path / "suite.md"
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "gpu_suite.py"), "--size", "tiny",
+    proc = subprocess.run([warmstart.python(), str(REPO / "benchmarks" / "gpu_suite.py"), "--size", "tiny",
                            "--device", "cpu", "--markdown", str(table)],
                           capture_output=True, text=True, timeout=600, cwd=REPO,
                           env={"VLFORGE_CACHE_DIR": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin",

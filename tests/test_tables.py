@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from io import StringIO
 
 import pytest
@@ -15,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 import vlforge.tables
+import warmstart
 from vlforge.tables import print_table, report_console
 
 NAME = "model.language_model.layers.27.self_attn.q_proj.lora_A.default"
@@ -86,7 +86,7 @@ def test_report_console_does_not_wrap_text_lines_off_a_terminal() -> None:
 
 def run_cli(*args: str) -> str:
     # stdout is a pipe (capture_output), as in `vlforge ... | tee log`
-    proc = subprocess.run([sys.executable, "-m", "vlforge.cli", *args], capture_output=True, text=True,
+    proc = subprocess.run([warmstart.python(), "-m", "vlforge.cli", *args], capture_output=True, text=True,
                           timeout=600, env={**os.environ, "COLUMNS": "80", "OMP_NUM_THREADS": "2"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+import warmstart
 
 REPO = Path(__file__).resolve().parents[1]
 DATASET = REPO / "examples" / "data" / "dataset.yaml"
@@ -36,7 +37,7 @@ def assert_survived(planted: dict[Path, bytes]) -> None:
 
 def vlforge(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "vlforge.cli", *args], capture_output=True, text=True,
+    return subprocess.run([warmstart.python(), "-m", "vlforge.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=REPO)
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+import warmstart
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -16,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_demo_runs_every_step_and_reports_measured_numbers() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "vlforge.cli", "demo", "--seconds", "4"],
+        [warmstart.python(), "-m", "vlforge.cli", "demo", "--seconds", "4"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
         env={**os.environ, "COLUMNS": "160"},
     )

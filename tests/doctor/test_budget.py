@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -17,6 +16,7 @@ from rich.console import Console
 
 import vlforge.diagnosis.bench as bench
 import vlforge.patches.timing as timing
+import warmstart
 from vlforge.diagnosis import Context, evaluate, inspect_model
 from vlforge.diagnosis.facts import Facts
 from vlforge.diagnosis.report import BenchStatus, DoctorReport
@@ -162,7 +162,7 @@ DOCTOR = ["doctor", "--model", "tiny:qwen3_vl", "--dtype", "bf16", "--no-tokens"
 
 def doctor(*args: str) -> tuple[dict, float]:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "vlforge.cli", *DOCTOR, *args], capture_output=True, text=True,
+    proc = subprocess.run([warmstart.python(), "-m", "vlforge.cli", *DOCTOR, *args], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "OMP_NUM_THREADS": "2"})
     wall = time.perf_counter() - start
     assert proc.returncode in (0, 1, 3), proc.stderr[-3000:]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
+import warmstart
 from vlforge.cli import app
 from vlforge.diagnosis import SCHEMA_VERSION, report
 from vlforge.diagnosis.facts import Facts
@@ -93,7 +93,7 @@ def test_cli_table_marks_assumed_facts() -> None:
 
 
 def test_cli_unknown_assume_key_is_one_line_exit_2() -> None:
-    proc = subprocess.run([sys.executable, "-m", "vlforge.cli", "doctor", "--assume", "cudn=9.10"],
+    proc = subprocess.run([warmstart.python(), "-m", "vlforge.cli", "doctor", "--assume", "cudn=9.10"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stdout == ""

@@ -137,6 +137,12 @@ def test_cudnn_920_bf16_backward_warning() -> None:
     assert [(f.rule, f.severity) for f in rep.findings] == [("cudnn-920-bf16-backward", "warning")]
 
 
+def _threads_pinned(assume: str) -> str:
+    """The case with ``threads=2`` unless it names them: the live count is this process's (an xdist worker of two
+    on 2 cores computes with one thread, which ``cpu-one-thread`` would rightly flag)."""
+    return assume if "threads=" in assume else f"{assume},threads=2"
+
+
 @pytest.mark.parametrize(("assume", "rule", "severity"), [
     ("attn=flash_attention_2,flash_attn=absent", "flash-attn-missing", "error"),
     ("attn=flash_attention_3,flash_attn_3=absent", "flash-attn-missing", "error"),
@@ -145,7 +151,7 @@ def test_cudnn_920_bf16_backward_warning() -> None:
     ("device=cuda,capability=8.0,tf32_matmul=false,dtype=fp32", "tf32-off", "warning"),
 ])
 def test_environment_rules_fire(assume: str, rule: str, severity: str) -> None:
-    rep = report(assume=assume)
+    rep = report(assume=_threads_pinned(assume))
     assert [(f.rule, f.severity) for f in rep.findings] == [(rule, severity)]
 
 
@@ -159,7 +165,7 @@ def test_environment_rules_fire(assume: str, rule: str, severity: str) -> None:
     "device=cuda,capability=9.0,tf32_matmul=true,dtype=fp32",
 ])
 def test_environment_rules_stay_quiet(assume: str) -> None:
-    assert report(assume=assume + ",torch=2.10.0,cudnn=absent").findings == []
+    assert report(assume=_threads_pinned(assume + ",torch=2.10.0,cudnn=absent")).findings == []
 
 
 @pytest.mark.parametrize(("torch_version", "cudnn", "dtype", "fires"), [

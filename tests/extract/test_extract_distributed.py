@@ -6,11 +6,11 @@ import json
 import shutil
 import socket
 import subprocess
-import sys
 
 import pytest
 from extractkit import cache_files
 
+import warmstart
 from vlforge.extract import open_cache, run_extract
 
 FEATURES = ["vision_pooled", "hidden_mean", "hidden_last"]
@@ -23,7 +23,7 @@ def _free_port() -> int:
 
 
 def _torchrun(nproc: int, ckpt, data, out) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
+    cmd = [warmstart.python(), "-m", "torch.distributed.run", f"--nproc_per_node={nproc}", "--master_addr=127.0.0.1",
            f"--master_port={_free_port()}", "-m", "vlforge.extract", "--model", str(ckpt), "--data", str(data),
            "--out", str(out), "--batch-size", "2", "--shard-size", "3", "--features", ",".join(FEATURES),
            "--layers", "1,-1", "--no-progress", "--json"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 from extractkit import cache_files, image_record, text_record, write_config, write_images, write_jsonl
 
+import warmstart
 from vlforge.extract import open_cache, run_extract
 
 FLAGS = ["--batch-size", "2", "--shard-size", "2", "--features", "vision_pooled,hidden_mean,hidden_last",
@@ -40,7 +40,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_cache(tmp_path, qwen3_ckpt,
                 features=["vision_pooled", "hidden_mean", "hidden_last"], layers=[1, -1], loaded=loaded)
 
     killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "vlforge.extract", "--model", str(qwen3_ckpt), "--data", str(long_images),
+    cmd = [warmstart.python(), "-m", "vlforge.extract", "--model", str(qwen3_ckpt), "--data", str(long_images),
            "--out", str(killed), "--no-progress", *FLAGS]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
@@ -48,7 +48,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_cache(tmp_path, qwen3_ckpt,
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
         assert time.monotonic() < deadline, "no shard appeared within 120 s"
         time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
+    warmstart.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     proc.stderr.close()
 

@@ -92,3 +92,21 @@ def test_cli_tiny_writes_a_loadable_untied_checkpoint(tmp_path):
     assert json.loads((out / "config.json").read_text())["tie_word_embeddings"] is False
     bad = runner.invoke(app, ["tiny", "qwen9", str(tmp_path / "x")])
     assert isinstance(bad.exception, ConfigError)
+
+
+def test_shared_processor_is_read_once_per_process_until_its_files_change(tiny_checkpoint, tmp_path):
+    import os
+    import shutil
+
+    source = tmp_path / "ckpt"
+    shutil.copytree(tiny_checkpoint("qwen2_vl"), source)
+    first = load(str(source), shared_processor=True)
+    again = load(str(source), shared_processor=True)
+    assert again.processor is first.processor and again.tokenizer is first.tokenizer
+    assert again.model is not first.model  # the weights are always read
+    assert load(str(source)).tokenizer is not first.tokenizer  # an unshared load reads the files
+    config = source / "tokenizer_config.json"
+    os.utime(config, ns=(config.stat().st_atime_ns, config.stat().st_mtime_ns + 1_000_000))
+    changed = load(str(source), shared_processor=True)
+    assert changed.tokenizer is not first.tokenizer  # a changed file is read again
+    assert changed.tokenizer("<|im_end|>")["input_ids"] == first.tokenizer("<|im_end|>")["input_ids"]

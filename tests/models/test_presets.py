@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import warmstart
 from vlforge.errors import ConfigError, ModelLoadError
 from vlforge.models import preset_config
 from vlforge.models.presets import REAL_PRESETS, param_count
@@ -60,7 +60,7 @@ def test_load_refuses_weights_that_do_not_fit(monkeypatch, tmp_path):
 def test_plan_cli_takes_a_real_preset(tmp_path):
     env = {"VLFORGE_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "vlforge.cli", "plan", "examples/qwen3_vl_tiny.yaml",
+        [warmstart.python(), "-m", "vlforge.cli", "plan", "examples/qwen3_vl_tiny.yaml",
          "model.load_from_pretrained_path=real:qwen3_vl_8b", "--gpus", "8", "--json"],
         capture_output=True, text=True, cwd=REPO, timeout=300, env=env,
     )
@@ -68,7 +68,7 @@ def test_plan_cli_takes_a_real_preset(tmp_path):
     report = json.loads(proc.stdout)
     assert report["peak_bytes_per_rank"] > 8.7e9 * 2 / 8  # at least its bf16/fp32 parameter shard
     bad = subprocess.run(
-        [sys.executable, "-m", "vlforge.cli", "plan", "examples/qwen3_vl_tiny.yaml",
+        [warmstart.python(), "-m", "vlforge.cli", "plan", "examples/qwen3_vl_tiny.yaml",
          "model.load_from_pretrained_path=real:nope", "--json"],
         capture_output=True, text=True, cwd=REPO, timeout=300, env=env,
     )

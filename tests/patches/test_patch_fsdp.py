@@ -6,11 +6,12 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+import warmstart
 
 WORKER = Path(__file__).with_name("patch_fsdp_worker.py")
 
@@ -30,7 +31,7 @@ def fsdp_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
         "PYTHONPATH": os.pathsep.join(filter(None, [str(WORKER.parent), os.environ.get("PYTHONPATH")])),
     }
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+        warmstart.python(), "-m", "torch.distributed.run", "--nproc_per_node=2",
         "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(WORKER), str(out),
     ]  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import resource
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
+import warmstart
 from vlforge.cli import app
 from vlforge.config.load import load_config
 from vlforge.errors import ConfigError
@@ -160,7 +160,7 @@ def test_cli_json_fits_and_suggestions():
     (["sp_ulysses_degree=2", "--gpus", "3"], "sp_ulysses_degree: 2 does not divide the 3 GPU(s)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
-    result = subprocess.run([sys.executable, "-m", "vlforge.cli", "plan", str(TINY), *args], capture_output=True,
+    result = subprocess.run([warmstart.python(), "-m", "vlforge.cli", "plan", str(TINY), *args], capture_output=True,
                             text=True, cwd=REPO, timeout=300)
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -170,7 +170,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 @pytest.mark.slow
 def test_estimate_is_within_20_percent_of_a_measured_training_step(tmp_path):
     """One real configuration through benchmarks/plan_accuracy.py: the measured peak RSS of real steps."""
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "plan_accuracy.py"), "--only", "small-padded",
+    proc = subprocess.run([warmstart.python(), str(REPO / "benchmarks" / "plan_accuracy.py"), "--only", "small-padded",
                            "--keep", str(tmp_path)], capture_output=True, text=True, timeout=1200, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads(proc.stdout)["records"][0]

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 
 import pytest
 import torch
 from cfgkit import HERE, REPO
 from guidekit import write_parquet_dataset
 
+import warmstart
 from vlforge.config.schema import TrainConfig
 from vlforge.dist import init_distributed
 from vlforge.errors import ConfigError
@@ -159,7 +159,7 @@ def test_cli_refuses_bad_names_with_one_line(tmp_path, override, needles):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     config = HERE / "guide_configs" / "lmms_guide_qwen2_5_vl.yaml"
     proc = subprocess.run(
-        [sys.executable, "-m", "vlforge.cli", "train", str(config), "model.load_from_pretrained_path=tiny:qwen2_5_vl",
+        [warmstart.python(), "-m", "vlforge.cli", "train", str(config), "model.load_from_pretrained_path=tiny:qwen2_5_vl",
          "processor.processor_name=tiny:qwen2_5_vl", f"data.datasets.0.path={write_parquet_dataset(tmp_path, 2)}",
          f"checkpointing.output_dir={tmp_path / 'out'}",
          "--no-token-audit", override], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -28,6 +27,8 @@ from trainkit import (
     write_config,
 )
 
+import warmstart
+
 pytestmark = pytest.mark.slow
 
 TIMEOUT = 300
@@ -37,7 +38,7 @@ TIMEOUT = 300
 def node_command(config: Path, node_rank: int, port: int, rdzv_id: str, *overrides: str) -> list[str]:
     """Node ``node_rank`` of 2; node 0 hosts the rendezvous store (both match 127.0.0.1, so it is named)."""
     conf = f"is_host={int(node_rank == 0)},join_timeout={TIMEOUT // 2}"
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node_rank),
+    return [warmstart.python(), "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node_rank),
             "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
             "--rdzv_id", rdzv_id, "--rdzv_conf", conf, "--local_addr", "127.0.0.1", "--max_restarts", "0",
             "-m", "vlforge.train", str(config), *overrides]

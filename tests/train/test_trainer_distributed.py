@@ -23,6 +23,7 @@ from trainkit import (
     write_config,
 )
 
+import warmstart
 from vlforge.config.schema import TrainConfig
 from vlforge.train.export import export_checkpoint
 from vlforge.train.trainer import Trainer
@@ -112,7 +113,7 @@ def test_sigkill_mid_epoch_then_resume_matches_uninterrupted(tmp_path, model_pat
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
+    warmstart.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     assert not (out / "final").exists() and not (out / "checkpoint-6").exists()  # really interrupted

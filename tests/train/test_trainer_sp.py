@@ -117,7 +117,9 @@ def run_sp(workdir: Path, model_path: Path | dict[str, Path], nproc: int, degree
     models = {"models": {k: str(v) for k, v in model_path.items()}} if isinstance(model_path, dict) else {
         "model": str(model_path)}
     (workdir / "spec.json").write_text(json.dumps({**models, "degree": degree, "cases": cases, "extra": extra}))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+    import warmstart  # tests/ (not on this file's path when it runs as a torchrun worker)
+
+    command = [warmstart.python(), "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
                str(free_port()), str(Path(__file__).resolve()), str(workdir)]
     proc = subprocess.run(command, env=train_env(), capture_output=True, text=True, timeout=900, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-4000:]

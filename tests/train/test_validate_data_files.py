@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+import warmstart
 from vlforge.config.validate import check
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def test_entries_of_a_dataset_yaml_are_named_in_that_yaml(workdir: Path) -> None
 
 def test_cli_validate_exits_2_with_one_line_per_missing_file(workdir: Path) -> None:
     _config(workdir / "run.yaml", {"datasets": [{"path": "a.jsonl"}, {"path": "b.jsonl"}]})
-    proc = subprocess.run([sys.executable, "-m", "vlforge.cli", "validate", "run.yaml"], capture_output=True,
+    proc = subprocess.run([warmstart.python(), "-m", "vlforge.cli", "validate", "run.yaml"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == ["error: run.yaml: data.datasets.0.path: a.jsonl: file not found",

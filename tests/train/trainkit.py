@@ -8,7 +8,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -51,9 +50,12 @@ def free_port() -> int:
 
 def train_command(config: Path, nproc: int, *overrides: str) -> list[str]:
     """``torchrun`` (or plain ``python -m``) command line of a training run."""
+    import warmstart  # tests/ (not on the path of a torchrun worker running test_trainer_sp.py)
+
+    python = warmstart.python()
     if nproc == 1:
-        return [sys.executable, "-m", "vlforge.train", str(config), *overrides]
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
+        return [python, "-m", "vlforge.train", str(config), *overrides]
+    return [python, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port",
             str(free_port()), "-m", "vlforge.train", str(config), *overrides]
 
 
@@ -87,18 +89,10 @@ def wait_for_file(path: Path, procs: list[subprocess.Popen], timeout: float = 60
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process under ``pid`` (Linux ``/proc``), children before grandchildren."""
-    found, queue = [], [pid]
-    while queue:
-        parent = queue.pop(0)
-        for children in Path(f"/proc/{parent}/task").glob("*/children"):
-            try:
-                kids = [int(child) for child in children.read_text().split()]
-            except OSError:  # the thread or process ended meanwhile
-                continue
-            found.extend(kids)
-            queue.extend(kids)
-    return found
+    """Every process under ``pid``, warm-started runs included (:func:`warmstart.descendants`)."""
+    import warmstart
+
+    return warmstart.descendants(pid)
 
 
 def kill_launch(proc: subprocess.Popen) -> None:
