@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -176,6 +177,20 @@ def _model_class(config):
     return AutoModelForCausalLM
 
 
+#: ``load(..., shared_processor=True)``'s processors: (directory, trust_remote_code, its files' names, sizes and
+#: mtimes) -> (processor, tokenizer), the most recently used last.
+_SHARED_PROCESSORS: OrderedDict[tuple[Any, ...], tuple[Any, Any]] = OrderedDict()
+_SHARED_PROCESSORS_MAX = 4
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def _processor_files(path: Path, trust_remote_code: bool) -> tuple[Any, ...]:
+    """What a processor is read from, as a cache key: the directory and its non-weight files' sizes and mtimes."""
+    files = sorted((entry.name, entry.stat().st_size, entry.stat().st_mtime_ns) for entry in path.iterdir()
+                   if entry.is_file() and not entry.name.endswith(_WEIGHT_SUFFIXES))
+    return (str(path.resolve()), trust_remote_code, tuple(files))
+
+
 def load(
     path_or_preset: str | os.PathLike[str],
     *,
@@ -184,8 +199,14 @@ def load(
     attn_implementation: str | None = None,
     trust_remote_code: bool = False,
     processor: bool = True,
+    shared_processor: bool = False,
 ) -> LoadedModel:
-    """Load a model (eval mode), its processor and tokenizer from a preset, directory or hub id."""
+    """Load a model (eval mode), its processor and tokenizer from a preset, directory or hub id.
+
+    ``shared_processor``: reuse the processor and tokenizer an earlier ``shared_processor`` load of this process
+    read from the same unchanged files (building a Qwen3.5 tokenizer takes seconds); the caller must not change
+    them. The trainer loads this way.
+    """
     import torch
     from transformers import AutoConfig, AutoProcessor, AutoTokenizer, PreTrainedTokenizerBase
 
@@ -218,7 +239,11 @@ def load(
     model = model.to(torch_device).eval()
 
     loaded_processor = tokenizer = None
-    if processor:
+    key = _processor_files(path, trust_remote_code) if processor and shared_processor else None
+    if key is not None and key in _SHARED_PROCESSORS:
+        _SHARED_PROCESSORS.move_to_end(key)
+        loaded_processor, tokenizer = _SHARED_PROCESSORS[key]
+    elif processor:
         try:
             loaded = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
         except Exception as error:
@@ -230,6 +255,10 @@ def load(
         else:
             loaded_processor = loaded
             tokenizer = getattr(loaded, "tokenizer", None)
+        if key is not None:
+            _SHARED_PROCESSORS[key] = (loaded_processor, tokenizer)
+            while len(_SHARED_PROCESSORS) > _SHARED_PROCESSORS_MAX:
+                _SHARED_PROCESSORS.popitem(last=False)
     elif (path / "tokenizer_config.json").is_file() or (path / "tokenizer.json").is_file():
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     logger.info("loaded %s (%s, %s) from %s in %.1f s", source, config.model_type, torch_dtype, path,

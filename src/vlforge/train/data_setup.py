@@ -8,6 +8,7 @@ their YAML. Length limit: ``packing.max_length``, else ``packing.packing_length`
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vlforge.config.schema import TrainConfig
@@ -24,12 +25,14 @@ def processor_for(cfg: TrainConfig, loaded: Any, data_cfg: DataConfig):
     tokenizer, image_processor = loaded.tokenizer, getattr(loaded.processor, "image_processor", None)
     family = cfg.processor.processor_type or loaded.family
     if cfg.processor.processor_name:
-        from transformers import AutoProcessor
-
         from vlforge.models import resolve
 
-        hf = AutoProcessor.from_pretrained(resolve(cfg.processor.processor_name))
-        tokenizer, image_processor = hf.tokenizer, getattr(hf, "image_processor", None)
+        source = resolve(cfg.processor.processor_name)
+        if Path(source).resolve() != Path(loaded.path).resolve():  # the checkpoint's own: already loaded
+            from transformers import AutoProcessor
+
+            hf = AutoProcessor.from_pretrained(source)
+            tokenizer, image_processor = hf.tokenizer, getattr(hf, "image_processor", None)
     from vlforge.data import build_processor
 
     return build_processor(data_cfg, tokenizer, family, image_processor=image_processor)

@@ -76,7 +76,7 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
     master = torch.bfloat16 if pure else torch.float32
     compute = getattr(torch, cfg.param_dtype())
     loaded = load(cfg.model.load_from_pretrained_path, dtype=master, device="cpu",
-                  attn_implementation=cfg.resolved_attn_implementation())
+                  attn_implementation=cfg.resolved_attn_implementation(), shared_processor=True)
     model = loaded.model
     if cfg.model.overwrite_config:
         overwrite_config(model, cfg.model.overwrite_config)
