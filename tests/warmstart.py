@@ -23,7 +23,9 @@ in a variable read at import time (everything but :data:`RUNTIME_VARIABLES`: ``H
 applied with ``torch.set_num_threads``. Tests of import-time behaviour (``tests/test_import_state.py``,
 ``tests/models/test_import_vlforge.py``) start ``sys.executable`` directly and are never served.
 
-The server never runs a torch operation before forking (no OpenMP pool to inherit) and is single-threaded.
+The server never runs a torch operation before forking (no OpenMP pool to inherit) and its Python code runs in
+one thread; the one other thread after its imports is numpy's OpenBLAS pool, which OpenBLAS itself shuts down
+around a fork.
 ``VLFORGE_TEST_WARM=0`` turns the warm start off for a whole run (every tool ``exec``\\ s the real program).
 """
 
