@@ -96,6 +96,8 @@ def byte_invalid_ids(tok) -> list[int]:
     table = _unicode_to_byte()
     added = added_tokens(tok)
     byte_level = is_byte_level(tok)
+    # the stand-ins of the invalid bytes: most pieces hold none, and the regex skips them in C
+    invalid = re.compile("[" + "".join(re.escape(ch) for ch, b in table.items() if b in INVALID_UTF8_BYTES) + "]")
     out = []
     for piece, idx in tok.get_vocab().items():
         if idx in added:
@@ -105,7 +107,7 @@ def byte_invalid_ids(tok) -> list[int]:
             if int(match.group(1), 16) in INVALID_UTF8_BYTES:
                 out.append(idx)
             continue
-        if byte_level and all(ch in table for ch in piece) and any(table[ch] in INVALID_UTF8_BYTES for ch in piece):
+        if byte_level and invalid.search(piece) and all(ch in table for ch in piece):
             out.append(idx)
     return sorted(out)
 
@@ -119,9 +121,9 @@ def is_byte_level(tok) -> bool:
     backend = getattr(tok, "backend_tokenizer", None)
     if backend is None:
         return True  # slow GPT-2 style tokenizers
-    data = json.loads(backend.to_str())
-    parts = json.dumps([data.get("pre_tokenizer"), data.get("decoder")])
-    return '"ByteLevel"' in parts
+    # each component's own JSON (nested sequences included), not the whole tokenizer's (tens of MB)
+    parts = [part.__getstate__() for part in (backend.pre_tokenizer, backend.decoder) if part is not None]
+    return any(b'"ByteLevel"' in part for part in parts)
 
 
 def plain_pieces(tok, text: str) -> list[int]:
