@@ -148,3 +148,12 @@ def test_the_tally_counts_served_and_cold_runs(tools, probe):
     after = warmstart.tally()
     assert (after["served"], after["cold"]) == (before["served"] + 1, before["cold"] + 1)
     assert "TRANSFORMERS_VERBOSITY" in after["variables"]
+
+
+def test_a_server_that_failed_to_start_sends_its_clients_to_the_real_program(tools, probe, tmp_path):
+    (tmp_path / "gone.sock.failed").touch()  # what a server whose imports raised leaves beside its socket
+    env = {**warmstart.server_environment(), warmstart.SOCKET_VARIABLE: str(tmp_path / "gone.sock")}
+    start = time.monotonic()
+    proc = subprocess.run([str(tools.python), str(probe)], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["ppid"] == os.getpid()
+    assert time.monotonic() - start < 60  # not the 120 s a client waits for a server still importing

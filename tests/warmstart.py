@@ -345,7 +345,7 @@ def main():
         real()
     deadline = time.monotonic() + 120
     while not os.path.exists(path):  # the server is still importing
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or os.path.exists(path + ".failed"):
             real()
         time.sleep(0.05)
     kind, target, args, unbuffered = what
@@ -493,7 +493,13 @@ def stop(report: Path | None = None) -> None:
 def _server_main(argv: list[str]) -> int | None:
     socket_path, python_tool, names = argv
     sys.path[0] = "/nonexistent/warmstart-path0"  # not tests/: each run sets its own first entry
-    run = serve(socket_path, python_tool, json.loads(names))
+    try:
+        run = serve(socket_path, python_tool, json.loads(names))
+    except BaseException:
+        if os.path.exists(socket_path):  # a served run never gets here; the server stopped after serving
+            raise
+        Path(socket_path + ".failed").touch()  # waiting clients start their program for real at once
+        raise
     return run.run()
 
 
