@@ -315,7 +315,6 @@ _CLIENT = r'''#!{python} -IS
 """Warm-start client ({tool}); see {module}."""
 import array, json, os, signal, socket, struct, sys, time
 
-PYTHON = {python!r}
 REAL = {real!r}
 KIND = {kind!r}
 TARGET = {target!r}

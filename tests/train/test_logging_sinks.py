@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 from trainkit import REPO, tiny_config, train_env, write_config
 
-import warmstart
 from vlforge.train.metrics import METRICS_FILE, TENSORBOARD_DIR, WANDB_DIR, WANDB_RUN_ID_FILE, MetricsLogger
 
 HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
@@ -71,7 +70,7 @@ def _wandb_env(home: Path) -> dict[str, str]:
 
 
 def _train(config: Path, env: dict[str, str], log: Path) -> subprocess.Popen:
-    command = [warmstart.python(), "-m", "vlforge.cli", "train", "--json", "--no-token-audit", str(config)]
+    command = [sys.executable, "-m", "vlforge.cli", "train", "--json", "--no-token-audit", str(config)]
     with log.open("ab") as stderr:
         return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=stderr,
                                 start_new_session=True)
@@ -231,7 +230,7 @@ def test_wandb_that_cannot_start_stops_the_run_with_one_line(tmp_path, tiny_chec
     config = write_config(tmp_path / "run.yaml", cfg)
     env = _wandb_env(tmp_path / "home")
     env["WANDB_MODE"] = "online"  # and no API key anywhere: wandb.init refuses at once, without the network
-    proc = subprocess.run([warmstart.python(), "-m", "vlforge.cli", "train", "--no-token-audit", str(config)], env=env,
+    proc = subprocess.run([sys.executable, "-m", "vlforge.cli", "train", "--no-token-audit", str(config)], env=env,
                           cwd=REPO, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("error:")]

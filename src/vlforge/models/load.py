@@ -186,8 +186,9 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 def _processor_files(path: Path, trust_remote_code: bool) -> tuple[Any, ...]:
     """What a processor is read from, as a cache key: the directory and its non-weight files' sizes and mtimes."""
-    files = sorted((entry.name, entry.stat().st_size, entry.stat().st_mtime_ns) for entry in path.iterdir()
-                   if entry.is_file() and not entry.name.endswith(_WEIGHT_SUFFIXES))
+    stats = ((entry.name, entry.stat()) for entry in path.iterdir()
+             if entry.is_file() and not entry.name.endswith(_WEIGHT_SUFFIXES))
+    files = sorted((name, stat.st_size, stat.st_mtime_ns) for name, stat in stats)
     return (str(path.resolve()), trust_remote_code, tuple(files))
 
 
