@@ -44,9 +44,15 @@ def test_an_audit_is_reused_from_disk_by_a_later_process_until_the_files_or_opti
         again = doctor_tokens.run_tokens_audit(checkpoint, options)
     assert again.to_dict() == first.to_dict()
     assert [f.id_reports for f in again.findings] == [f.id_reports for f in first.findings]
-    calls = []
+    calls, reports = [], []
     real = doctor_tokens._audit
-    monkeypatch.setattr(doctor_tokens, "_audit", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        reports.append(real(*args, **kwargs))
+        return reports[-1]
+
+    monkeypatch.setattr(doctor_tokens, "_audit", counted)
     doctor_tokens._CACHE.clear()
     assert doctor_tokens.run_tokens_audit(checkpoint, doctor_tokens.TokenOptions()).status == "audited"
     assert len(calls) == 1  # other options: audited
@@ -55,5 +61,29 @@ def test_an_audit_is_reused_from_disk_by_a_later_process_until_the_files_or_opti
     doctor_tokens._CACHE.clear()
     assert doctor_tokens.run_tokens_audit(checkpoint, options).status == "audited"
     assert len(calls) == 2  # a rewritten weights file: audited again
+
+    # Processes auditing the same files at once (a torchrun job's ranks): one audits, the others read its result.
+    # Threads stand in for them: each takes the entry's file lock through its own open file, as a process does.
+    import threading
+    import time
+
+    def slow_audit(*args, **kwargs):  # the last real audit's answer, after both have missed the disk cache
+        calls.append(1)
+        time.sleep(0.5)
+        return reports[-1]
+
+    monkeypatch.setattr(doctor_tokens, "_audit", slow_audit)
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    doctor_tokens._CACHE.clear()
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(doctor_tokens.run_tokens_audit(checkpoint, options)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 3 and [r.status for r in results] == ["audited", "audited"]
+    assert results[0].to_dict() == results[1].to_dict()
+    assert [f.id_reports for f in results[1].findings] == [f.id_reports for f in results[0].findings]
     doctor_tokens.clear_cache()
     assert not (tmp_path / "cache" / "token_audits").exists()

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import re
 import sys
@@ -21,6 +22,9 @@ from pathlib import Path
 
 NAME_KEY = re.compile(r"(_type|_class|^architectures|^auto_map)$")
 CLASS_NAME = re.compile(r"^[A-Z][A-Za-z0-9_]*$")
+#: A tokenizer model's vocabulary (piece -> id) and merges (piece pairs): most of tokenizer.json, and no value
+#: there sits under a name-like key, so the walk does not descend into them.
+TOKEN_TABLES = ("vocab", "merges")
 
 
 def class_like_values(node, key=None, found=None):
@@ -28,6 +32,8 @@ def class_like_values(node, key=None, found=None):
     found = [] if found is None else found
     if isinstance(node, dict):
         for child_key, value in node.items():
+            if child_key in TOKEN_TABLES and key == "model":
+                continue
             class_like_values(value, key if key == "auto_map" else child_key, found)
     elif isinstance(node, list):
         for value in node:
@@ -94,6 +100,9 @@ def process(directory: Path) -> dict:
 
 
 def main() -> None:
+    # A short-lived reader: without the cyclic collector, which would walk torch's heap again and again while
+    # tokenizer files are parsed (what is read and loaded does not change).
+    gc.disable()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directories", nargs="+", type=Path)
     parser.add_argument("--processor", action="store_true", help="also load and run AutoProcessor")

@@ -16,12 +16,14 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import logging
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -198,9 +200,34 @@ def run_tokens_audit(path: Path | None, options: TokenOptions) -> TokensAudit:
     if key in _CACHE:
         return _CACHE[key]
     cached = _from_disk(key, options)
-    if cached is not None:
-        _CACHE[key] = cached
-        return cached
+    if cached is None:
+        # The ranks of a torchrun job (and parallel jobs) audit the same files at once: one of them does the work
+        # under the entry's lock, the others wait and read its result.
+        with _entry_lock(key):
+            cached = _from_disk(key, options)
+            if cached is None:
+                return _audit_and_keep(key, path, options)
+    _CACHE[key] = cached
+    return cached
+
+
+@contextlib.contextmanager
+def _entry_lock(key: tuple[Any, ...]) -> Iterator[None]:
+    """The disk entry's file lock; none when the cache folder cannot be written (each process audits then)."""
+    from vlforge.outputs import file_lock
+
+    path = _disk_path(key)
+    with contextlib.ExitStack() as stack:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(file_lock(path.with_suffix(".lock")))
+        except OSError as error:
+            logger.debug("tokens audit not locked (%s)", error)
+        yield
+
+
+def _audit_and_keep(key: tuple[Any, ...], path: Path, options: TokenOptions) -> TokensAudit:
+    """Audit, then keep the result in this process and on disk (not an unexpected failure: worth a retry)."""
     from vlforge.vocab.templates import TemplateError
 
     template_skipped = None

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
+from vlforge.collector import collector_paused
 from vlforge.errors import ConfigError, ModelLoadError
 from vlforge.models import tiny
 from vlforge.models.compat import ensure_processor_support
@@ -246,7 +247,8 @@ def load(
         loaded_processor, tokenizer = _SHARED_PROCESSORS[key]
     elif processor:
         try:
-            loaded = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+            with collector_paused():
+                loaded = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
         except Exception as error:
             raise ModelLoadError(
                 f"cannot load the processor in {path}: {error} (pass processor=False to skip it)"
@@ -261,7 +263,8 @@ def load(
             while len(_SHARED_PROCESSORS) > _SHARED_PROCESSORS_MAX:
                 _SHARED_PROCESSORS.popitem(last=False)
     elif (path / "tokenizer_config.json").is_file() or (path / "tokenizer.json").is_file():
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+        with collector_paused():
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     logger.info("loaded %s (%s, %s) from %s in %.1f s", source, config.model_type, torch_dtype, path,
                 time.perf_counter() - started)
     return LoadedModel(

@@ -31,7 +31,10 @@ def processor_for(cfg: TrainConfig, loaded: Any, data_cfg: DataConfig):
         if Path(source).resolve() != Path(loaded.path).resolve():  # the checkpoint's own: already loaded
             from transformers import AutoProcessor
 
-            hf = AutoProcessor.from_pretrained(source)
+            from vlforge.collector import collector_paused
+
+            with collector_paused():
+                hf = AutoProcessor.from_pretrained(source)
             tokenizer, image_processor = hf.tokenizer, getattr(hf, "image_processor", None)
     from vlforge.data import build_processor
 

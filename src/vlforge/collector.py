@@ -1,0 +1,50 @@
+"""Python's cyclic garbage collector around bulk work: paused while a tokenizer is read, frozen before exit.
+
+With torch and transformers imported a process holds a few million objects that the collector's oldest
+generation walks every time it runs. Reading a Qwen tokenizer makes hundreds of thousands of small lists and
+strings (transformers parses its 11-33 MB ``tokenizer.json`` twice), which triggers such walks again and again:
+measured on a 2-core AMD EPYC with Python 3.11, one Qwen2.5-VL tokenizer took 1.22 s, 0.76 s with the collector
+paused. At exit the interpreter walks the heap several more times (1.3-1.6 s after importing vlforge's trainer);
+frozen objects are skipped, so an exit takes about 0.2 s.
+
+Neither changes what a program computes: pausing only delays collection (reference counting still frees
+everything acyclic), and :func:`freeze_at_exit` freezes the heap only when the interpreter exits.
+
+Example:
+    >>> import gc
+    >>> with collector_paused():
+    ...     gc.isenabled()
+    False
+    >>> gc.isenabled()
+    True
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_freeze_registered = False
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Run the block with the cyclic collector off; its previous state comes back afterwards (nesting is fine)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def freeze_at_exit() -> None:
+    """Freeze every tracked object when the interpreter exits (an ``atexit`` hook, registered once), so its
+    shutdown does not walk them. Registered by the CLI: in-process callers keep collecting as before."""
+    global _freeze_registered
+    if not _freeze_registered:
+        atexit.register(gc.freeze)
+        _freeze_registered = True
