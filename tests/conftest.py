@@ -118,6 +118,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: -slow[_test_file(item)])
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The imported heap (torch, transformers, every test module) goes to the permanent generation: the
+    collector's full passes during the tests then walk only what the tests made (measured: GC time of an
+    in-process slice of the suite 11.1 -> 6.1 s). Objects made at import stay alive anyway."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def _deterministic_cpu() -> None:
     torch.manual_seed(0)
