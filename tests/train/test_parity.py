@@ -165,20 +165,35 @@ def test_lmms_label_mode_is_refused_for_families_lmms_does_not_process():
         QwenVLProcessor(object(), VisionSettings.for_family("qwen3_vl"), "qwen3_vl", label_mode="all")
 
 
-def run_lmms(checkpoint: Path, family: str, data: Path, *, loss: bool) -> dict:
+def run_lmms(checkpoint: Path, family: str, data: Path) -> dict:
+    """LMMS Engine's processor over ``data`` and each sample's first-step loss sum (benchmarks/peers/lmms_runner.py)."""
     cmd = [str(PEER), str(REPO / "benchmarks" / "peers" / "lmms_runner.py"), "--checkpoint", str(checkpoint),
            "--family", family, "--data", str(data), "--fps", str(SAMPLE_FPS), "--min-pixels", str(MIN_PIXELS),
-           "--max-pixels", str(MAX_PIXELS)] + (["--loss"] if loss else [])
+           "--max-pixels", str(MAX_PIXELS), "--loss"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
 
+@pytest.fixture(scope="module")
+def lmms_samples(tiny_checkpoint, data):
+    """``lmms_samples(family)``: LMMS Engine's processed samples with their first-step loss sums, from one peer run
+    per family shared by this module's tests (the processing is the same with or without ``--loss``)."""
+    runs: dict[str, dict] = {}
+
+    def get(family: str) -> dict:
+        if family not in runs:
+            runs[family] = run_lmms(tiny_checkpoint(family), family, data)
+        return runs[family]
+
+    return get
+
+
 @NEEDS_PEER
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
-def test_lmms_label_mode_equals_lmms_engine_processor(tmp_path, tiny_checkpoint, data, family):
-    peer = run_lmms(tiny_checkpoint(family), family, data, loss=False)
+def test_lmms_label_mode_equals_lmms_engine_processor(tmp_path, tiny_checkpoint, data, lmms_samples, family):
+    peer = lmms_samples(family)
     batch, _, _ = first_batch(tmp_path, tiny_checkpoint(family), data, packing=False, label_mode="lmms")
     ours = per_sample(batch)
     assert len(peer["samples"]) == len(ours)
@@ -191,7 +206,7 @@ def test_lmms_label_mode_equals_lmms_engine_processor(tmp_path, tiny_checkpoint,
 @NEEDS_PEER
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
-def test_lmms_engine_trainer_step1_loss_equals_runner_loss(tiny_checkpoint, data, family):
+def test_lmms_engine_trainer_step1_loss_equals_runner_loss(tiny_checkpoint, data, lmms_samples, family):
     """LMMS Engine's own trainer (hf_trainer on the CPU, benchmarks/peers/lmms_train.py) against its processor's loss."""
     checkpoint = tiny_checkpoint(family)
     cmd = [str(PEER), str(REPO / "benchmarks" / "peers" / "lmms_train.py"), "--checkpoint", str(checkpoint),
@@ -200,7 +215,7 @@ def test_lmms_engine_trainer_step1_loss_equals_runner_loss(tiny_checkpoint, data
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     trained = json.loads(done.stdout)
-    peer = run_lmms(checkpoint, family, data, loss=True)
+    peer = lmms_samples(family)
     count = sum(s["predicted"] for s in peer["samples"])
     assert trained["device"] == "cpu:0" and trained["dtype"] == "float32" and trained["steps"] == 2
     # step 1 is before any update: the padded batch's token-weighted mean equals the per-sample sums
