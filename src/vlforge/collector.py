@@ -22,11 +22,10 @@ Example:
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-_freeze_registered = False
 
 
 @contextmanager
@@ -41,10 +40,8 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+@functools.cache
 def freeze_at_exit() -> None:
     """Freeze every tracked object when the interpreter exits (an ``atexit`` hook, registered once), so its
     shutdown does not walk them. Registered by the CLI: in-process callers keep collecting as before."""
-    global _freeze_registered
-    if not _freeze_registered:
-        atexit.register(gc.freeze)
-        _freeze_registered = True
+    atexit.register(gc.freeze)
