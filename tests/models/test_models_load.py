@@ -35,6 +35,9 @@ def test_preset_is_written_once_into_the_cache_then_loaded(tmp_path, monkeypatch
     assert again.processor is None and again.tokenizer("<think>")["input_ids"] == [151667]
     weights = loaded.model.get_input_embeddings().weight
     assert torch.equal(weights.to(torch.bfloat16), again.model.get_input_embeddings().weight)
+    alone = load("tiny:qwen3_vl@2", processor=False, tokenizer=False)
+    assert alone.processor is None and alone.tokenizer is None and torch.equal(alone.model.lm_head.weight,
+                                                                               loaded.model.lm_head.weight)
 
 
 def test_text_only_checkpoint_falls_back_to_causal_lm(tmp_path):

@@ -104,6 +104,22 @@ def test_cli_train_json_and_export(tmp_path, model_path):
     assert again.exit_code != 0 and "exists and is not empty" in str(again.exception)
 
 
+def test_export_copies_the_source_tokenizer_without_reading_it(finished, model_path, tmp_path):
+    """Export needs the source's weights layout, not its tokenizer: a tokenizer.json this transformers cannot
+    read (a newer format, a custom class) is copied as it is, byte for byte."""
+    import shutil
+
+    from vlforge.train.export import export_checkpoint
+
+    source = tmp_path / "source"
+    shutil.copytree(model_path, source)
+    (source / "tokenizer.json").write_text("{ a tokenizer this transformers cannot parse")
+    checkpoint = max(finished[1].glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    out = export_checkpoint(checkpoint, tmp_path / "hf", source=str(source))
+    assert (out / "tokenizer.json").read_bytes() == (source / "tokenizer.json").read_bytes()
+    assert exported_weights(out).keys() == exported_weights(finished[1] / "final").keys()
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [

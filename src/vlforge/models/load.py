@@ -201,9 +201,13 @@ def load(
     attn_implementation: str | None = None,
     trust_remote_code: bool = False,
     processor: bool = True,
+    tokenizer: bool = True,
     shared_processor: bool = False,
 ) -> LoadedModel:
     """Load a model (eval mode), its processor and tokenizer from a preset, directory or hub id.
+
+    ``processor=False`` reads the tokenizer alone; with ``tokenizer=False`` too, the model alone (an export copies
+    the tokenizer files and never parses them).
 
     ``shared_processor``: reuse the processor and tokenizer an earlier ``shared_processor`` load of this process
     read from the same unchanged files (building a Qwen3.5 tokenizer takes seconds); the caller must not change
@@ -240,7 +244,7 @@ def load(
             raise ModelLoadError(f"cannot load the model in {path} with {model_class.__name__}: {error}") from error
     model = model.to(torch_device).eval()
 
-    loaded_processor = tokenizer = None
+    read_tokenizer, loaded_processor, tokenizer = tokenizer, None, None
     key = _processor_files(path, trust_remote_code) if processor and shared_processor else None
     if key is not None and key in _SHARED_PROCESSORS:
         _SHARED_PROCESSORS.move_to_end(key)
@@ -262,7 +266,7 @@ def load(
             _SHARED_PROCESSORS[key] = (loaded_processor, tokenizer)
             while len(_SHARED_PROCESSORS) > _SHARED_PROCESSORS_MAX:
                 _SHARED_PROCESSORS.popitem(last=False)
-    elif (path / "tokenizer_config.json").is_file() or (path / "tokenizer.json").is_file():
+    elif read_tokenizer and ((path / "tokenizer_config.json").is_file() or (path / "tokenizer.json").is_file()):
         with collector_paused():
             tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     logger.info("loaded %s (%s, %s) from %s in %.1f s", source, config.model_type, torch_dtype, path,

@@ -61,7 +61,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
     source = source or state.get("model_path") or state.get("model_source")
     if not source:
         raise ConfigError(f"{checkpoint / STATE_FILE} names no source model; pass the source explicitly")
-    loaded = load(source, dtype="float32", processor=False)
+    loaded = load(source, dtype="float32", processor=False, tokenizer=False)
     model = loaded.model
     lora = (state.get("config") or {}).get("model", {}).get("lora")
     if lora is not None:
