@@ -60,9 +60,10 @@ wheelhouse: install
 		$(foreach p,$(WHEEL_PLATFORM),--platform $(p))
 
 # The version matrix (README "Supported versions"): fresh venvs under ~/.cache/vlforge/matrix, vlforge from its
-# built wheel, the core suite on the oldest and newest transformers, the one-line refusal of an older one, and
-# the offline wheelhouse install into a venv holding only torch. ~25 minutes on 2 cores.
-MATRIX_POINTS ?= oldest,newest,below,offline
+# built wheel, the core suite on the oldest and newest transformers and on the newest torch this machine holds,
+# the one-line refusal of an older transformers, and the offline wheelhouse install into a venv holding only
+# torch. ~35 minutes on 2 cores.
+MATRIX_POINTS ?= oldest,newest,torch_newest,below,offline
 matrix: install
 	$(BIN)/python scripts/version_matrix.py --points $(MATRIX_POINTS) --record benchmarks/records/version_matrix.json
 

@@ -10,6 +10,8 @@ script checks ``vlforge.__file__`` lies in the venv. Points:
 - ``oldest``: transformers = vlforge's minimum (:data:`vlforge.versions.TRANSFORMERS_MIN`); also checks that a
   family needing a newer one (``Family.transformers_min``, e.g. Qwen3.5) is refused in one line;
 - ``newest``: transformers 5.24.0 (what ``make test`` installs);
+- ``torch_newest``: the newest torch this machine holds (:data:`TORCH_NEWEST`, a CUDA build from the local
+  package mirror, run on the CPU) with transformers 5.24.0: the same core suite on a torch above make test's;
 - ``below``: a transformers older than the minimum (vlforge installed with ``--no-deps``, as an environment pip
   does not manage would hold it): every entry point must print one line and exit 2, never a traceback;
 - ``offline``: the wheelhouse of a host holding torch alone (``scripts/wheelhouse.py`` without ``--host``) is
@@ -23,7 +25,7 @@ local torch wheels on this machine).
 Default cache: ``$VLFORGE_MATRIX_DIR``, else ``$XDG_CACHE_HOME/vlforge/matrix`` (``~/.cache/...``).
 
 Examples:
-    python3 scripts/version_matrix.py --record benchmarks/records/version_matrix.json    # make matrix (~25 min)
+    python3 scripts/version_matrix.py --record benchmarks/records/version_matrix.json    # make matrix (~35 min)
     python3 scripts/version_matrix.py --points below,offline                             # ~5 min
 """
 
@@ -44,6 +46,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 TORCH = "2.13.0"
+TORCH_NEWEST = "2.14.1"
+"""The newest torch on this machine's package mirror (pip takes it from disk; a CUDA build that runs on the CPU)."""
 NEWEST = "5.24.0"
 BELOW = "5.16.1"
 """A transformers just below the minimum, for the refusal point."""
@@ -190,16 +194,18 @@ def _refusals(python: Path, env: dict, cwd: Path, checks: list[tuple[list[str], 
     return out
 
 
-def suite_point(name: str, transformers: str, work: Path, wheel: Path, python: str, pytest_args: list[str]) -> dict:
+def suite_point(name: str, transformers: str, work: Path, wheel: Path, python: str, pytest_args: list[str],
+                torch: str = TORCH) -> dict:
     started = time.monotonic()
     root = work / f"venv-{name}"
     log = work / f"{name}.log"
     log.unlink(missing_ok=True)
     venv = _fresh_venv(root, python)
     env = _clean_env(work / f"cache-{name}")
-    record: dict = {"point": name, "date": time.strftime("%Y-%m-%d %H:%M"), "transformers_wanted": transformers}
+    record: dict = {"point": name, "date": time.strftime("%Y-%m-%d %H:%M"), "transformers_wanted": transformers,
+                    "torch_wanted": torch}
     steps = [_pip(venv, "--upgrade", "pip"),
-             _pip(venv, f"torch=={TORCH}", f"transformers=={transformers}", str(wheel), *TEST_DEPS)]
+             _pip(venv, f"torch=={torch}", f"transformers=={transformers}", str(wheel), *TEST_DEPS)]
     for command in steps:
         if _run(command, log, env=env).returncode:
             return {**record, "ok": False, "error": f"install failed (see {log})",
@@ -341,10 +347,12 @@ def offline_point(work: Path, python: str, max_mb: float) -> dict:
     return record
 
 
+POINTS = ("oldest", "newest", "torch_newest", "below", "offline")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--points", default="oldest,newest,below,offline",
-                        help="comma list from oldest, newest, below, offline (default: all)")
+    parser.add_argument("--points", default=",".join(POINTS), help=f"comma list from {', '.join(POINTS)} (default: all)")
     parser.add_argument("--dir", type=Path, default=None, help="cache directory for the venvs (default: %(default)s)")
     parser.add_argument("--python", default=shutil.which("python3.11") or sys.executable,
                         help="interpreter that creates the venvs (3.11 finds the local torch wheels here)")
@@ -354,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pytest-args", default="", help="extra pytest arguments, e.g. '-x' or '-k video'")
     args = parser.parse_args(argv)
     points = [p.strip() for p in args.points.split(",") if p.strip()]
-    unknown = set(points) - {"oldest", "newest", "below", "offline"}
+    unknown = set(points) - set(POINTS)
     if unknown:
         parser.error(f"unknown points: {', '.join(sorted(unknown))}")
     work = (args.dir or default_dir()).expanduser()
@@ -367,6 +375,9 @@ def main(argv: list[str] | None = None) -> int:
                                  args.pytest_args.split())
         elif point == "newest":
             result = suite_point("newest", NEWEST, work, wheel, args.python, args.pytest_args.split())
+        elif point == "torch_newest":
+            result = suite_point("torch_newest", NEWEST, work, wheel, args.python, args.pytest_args.split(),
+                                 torch=TORCH_NEWEST)
         elif point == "below":
             result = below_point(BELOW, work, wheel, args.python)
         else:
@@ -378,8 +389,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.record.is_file():
             ran = {r["point"] for r in results}
             kept = [r for r in json.loads(args.record.read_text())["points"] if r["point"] not in ran]
-        order = ["oldest", "newest", "below", "offline"]
-        merged = sorted([*kept, *results], key=lambda r: order.index(r["point"]))
+        merged = sorted([*kept, *results], key=lambda r: POINTS.index(r["point"]))
         record = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU", "torch": TORCH,
                   "command": "make matrix", "date": time.strftime("%Y-%m-%d"), "points": merged}
         args.record.parent.mkdir(parents=True, exist_ok=True)

@@ -33,11 +33,13 @@ def test_junit_counts_name_the_failed_tests(tmp_path):
 def test_the_committed_record_is_what_the_docs_quote():
     record = json.loads((REPO / "benchmarks" / "records" / "version_matrix.json").read_text())
     points = {point["point"]: point for point in record["points"]}
-    assert set(points) == {"oldest", "newest", "below", "offline"}
+    assert set(points) == set(VM.POINTS)
     readme = (REPO / "README.md").read_text()
-    for name in ("oldest", "newest"):
+    for name in ("oldest", "newest", "torch_newest"):
         point = points[name]
         assert point["ok"] and point["vlforge_from_wheel"], name
-        assert f"| {point['versions']['transformers']} | {point['pytest']['passed']} passed" in readme, name
+        assert f"| {point['versions']['torch']} | {point['versions']['transformers']} | " \
+               f"{point['pytest']['passed']} passed" in readme, name
+    assert points["torch_newest"]["versions"]["torch"].startswith(VM.TORCH_NEWEST)
     assert all(r["ok"] for r in points["below"]["refusals"])
     assert points["offline"]["ok"] and f"{points['offline']['wheelhouse']['megabytes']} MB" in readme
