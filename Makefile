@@ -60,10 +60,10 @@ wheelhouse: install
 		$(foreach p,$(WHEEL_PLATFORM),--platform $(p))
 
 # The version matrix (README "Supported versions"): fresh venvs under ~/.cache/vlforge/matrix, vlforge from its
-# built wheel, the core suite on the oldest and newest transformers and on the newest torch this machine holds,
-# the one-line refusal of an older transformers, and the offline wheelhouse install into a venv holding only
-# torch. ~35 minutes on 2 cores.
-MATRIX_POINTS ?= oldest,newest,torch_newest,below,offline
+# built wheel, the core suite on the oldest and newest transformers and on the oldest and newest torch, the
+# one-line refusal of an older transformers and of an older torch, and the offline wheelhouse install into a venv
+# holding only torch. ~45 minutes on 2 cores (the torch points download CUDA builds of torch: network needed).
+MATRIX_POINTS ?= oldest,newest,torch_oldest,torch_newest,below,torch_below,offline
 matrix: install
 	$(BIN)/python scripts/version_matrix.py --points $(MATRIX_POINTS) --record benchmarks/records/version_matrix.json
 

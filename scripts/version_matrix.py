@@ -10,10 +10,13 @@ script checks ``vlforge.__file__`` lies in the venv. Points:
 - ``oldest``: transformers = vlforge's minimum (:data:`vlforge.versions.TRANSFORMERS_MIN`); also checks that a
   family needing a newer one (``Family.transformers_min``, e.g. Qwen3.5) is refused in one line;
 - ``newest``: transformers 5.24.0 (what ``make test`` installs);
+- ``torch_oldest``: torch = vlforge's minimum (:data:`vlforge.versions.TORCH_MIN`, a CUDA build from PyPI run on
+  the CPU) with transformers 5.24.0: the core suite on the torch floor;
 - ``torch_newest``: the newest torch this machine holds (:data:`TORCH_NEWEST`, a CUDA build from the local
   package mirror, run on the CPU) with transformers 5.24.0: the same core suite on a torch above make test's;
 - ``below``: a transformers older than the minimum (vlforge installed with ``--no-deps``, as an environment pip
   does not manage would hold it): every entry point must print one line and exit 2, never a traceback;
+- ``torch_below``: the same with a torch older than the minimum (:data:`TORCH_BELOW`) and transformers 5.24.0;
 - ``offline``: the wheelhouse of a host holding torch alone (``scripts/wheelhouse.py`` without ``--host``) is
   installed with ``pip install --no-index`` into a fresh venv holding only torch, which then runs
   ``benchmarks/gpu_suite.py --size tiny`` (README, "GPU host without network").
@@ -25,7 +28,7 @@ local torch wheels on this machine).
 Default cache: ``$VLFORGE_MATRIX_DIR``, else ``$XDG_CACHE_HOME/vlforge/matrix`` (``~/.cache/...``).
 
 Examples:
-    python3 scripts/version_matrix.py --record benchmarks/records/version_matrix.json    # make matrix (~35 min)
+    python3 scripts/version_matrix.py --record benchmarks/records/version_matrix.json    # make matrix (~45 min)
     python3 scripts/version_matrix.py --points below,offline                             # ~5 min
 """
 
@@ -51,6 +54,8 @@ TORCH_NEWEST = "2.14.1"
 NEWEST = "5.24.0"
 BELOW = "5.16.1"
 """A transformers just below the minimum, for the refusal point."""
+TORCH_BELOW = "2.10.0"
+"""A torch just below the minimum, for the torch refusal point (a CUDA build from PyPI)."""
 TEST_DEPS = ("pytest>=8.0", "hypothesis>=6.100", "peft>=0.13", "accelerate>=1.0")
 CORE_TESTS = (
     "tests/test_versions.py",
@@ -72,10 +77,11 @@ COPIED = ("tests", "examples", "benchmarks", "pyproject.toml")
 """What the suite reads from a checkout besides the package (pytest's settings are pyproject's)."""
 
 
-def _minimum() -> str:
-    """vlforge's minimum transformers (read from the source: this script does not import vlforge)."""
+def _minimum(package: str = "transformers") -> str:
+    """vlforge's minimum ``package`` (transformers or torch), read from the source: this script does not import
+    vlforge."""
     text = (REPO / "src" / "vlforge" / "versions.py").read_text(encoding="utf-8")
-    return re.search(r'^TRANSFORMERS_MIN = "([\d.]+)"', text, re.M).group(1)
+    return re.search(rf'^{package.upper()}_MIN = "([\d.]+)"', text, re.M).group(1)
 
 
 def _release(version: str) -> str:
@@ -251,26 +257,30 @@ def _older(version: str, minimum: str) -> bool:
     return parse(version) < parse(minimum)
 
 
-def below_point(transformers: str, work: Path, wheel: Path, python: str) -> dict:
-    """An environment with a transformers older than supported: one line and exit 2 from every entry point."""
+def below_point(name: str, package: str, work: Path, wheel: Path, python: str, *, torch: str = TORCH,
+                transformers: str = NEWEST) -> dict:
+    """An environment whose ``package`` (transformers or torch) is older than supported: one line and exit 2 from
+    every entry point."""
     started = time.monotonic()
-    root, log = work / "venv-below", work / "below.log"
+    root, log = work / f"venv-{name}", work / f"{name}.log"
     log.unlink(missing_ok=True)
     venv = _fresh_venv(root, python)
-    env = _clean_env(work / "cache-below")
-    record: dict = {"point": "below", "date": time.strftime("%Y-%m-%d %H:%M"), "transformers_wanted": transformers}
-    # pip refuses the wheel beside an older transformers: its other requirements first, then the wheel alone
+    env = _clean_env(work / f"cache-{name}")
+    record: dict = {"point": name, "date": time.strftime("%Y-%m-%d %H:%M"), "transformers_wanted": transformers,
+                    "torch_wanted": torch}
+    # pip refuses the wheel beside an older package: its other requirements first, then the wheel alone
     steps = [_pip(venv, "--upgrade", "pip"),
-             _pip(venv, f"torch=={TORCH}", f"transformers=={transformers}", *_wheel_requirements(wheel)),
+             _pip(venv, f"torch=={torch}", f"transformers=={transformers}", *_wheel_requirements(wheel)),
              _pip(venv, "--no-deps", str(wheel))]
     for command in steps:
         if _run(command, log, env=env).returncode:
             return {**record, "ok": False, "error": f"install failed (see {log})"}
     record["versions"] = _installed_versions(venv, env)
-    with tempfile.TemporaryDirectory(prefix="vlforge-matrix-below-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"vlforge-matrix-{name}-") as scratch:
         checkout = _checkout_copy(Path(scratch) / "checkout")
-        line = rf"vlforge needs transformers >= {re.escape(_minimum())}, this environment has transformers " \
-               rf"{re.escape(transformers)}: pip install 'transformers>={re.escape(_minimum())}'$"
+        minimum, installed = re.escape(_minimum(package)), re.escape(record["versions"][package])
+        line = rf"vlforge needs {package} >= {minimum}, this environment has {package} {installed}: " \
+               rf"pip install '{package}>={minimum}'$"
         checks = [(["-m", "vlforge.cli", "--help"], line), (["-m", "vlforge.cli", "demo"], line),
                   (["-m", "vlforge.cli", "plan", "examples/qwen3_vl_tiny.yaml"], line),
                   (["-m", "vlforge.train", "examples/qwen3_vl_tiny.yaml"], line)]
@@ -347,7 +357,7 @@ def offline_point(work: Path, python: str, max_mb: float) -> dict:
     return record
 
 
-POINTS = ("oldest", "newest", "torch_newest", "below", "offline")
+POINTS = ("oldest", "newest", "torch_oldest", "torch_newest", "below", "torch_below", "offline")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -375,11 +385,16 @@ def main(argv: list[str] | None = None) -> int:
                                  args.pytest_args.split())
         elif point == "newest":
             result = suite_point("newest", NEWEST, work, wheel, args.python, args.pytest_args.split())
+        elif point == "torch_oldest":
+            result = suite_point("torch_oldest", NEWEST, work, wheel, args.python, args.pytest_args.split(),
+                                 torch=_release(_minimum("torch")))
         elif point == "torch_newest":
             result = suite_point("torch_newest", NEWEST, work, wheel, args.python, args.pytest_args.split(),
                                  torch=TORCH_NEWEST)
         elif point == "below":
-            result = below_point(BELOW, work, wheel, args.python)
+            result = below_point("below", "transformers", work, wheel, args.python, transformers=BELOW)
+        elif point == "torch_below":
+            result = below_point("torch_below", "torch", work, wheel, args.python, torch=TORCH_BELOW)
         else:
             result = offline_point(work, args.python, args.max_mb)
         results.append(result)

@@ -13,10 +13,11 @@ _spec.loader.exec_module(VM)
 
 
 def test_the_core_suite_names_files_that_exist_and_the_minimum_is_vlforge_s():
-    from vlforge.versions import TRANSFORMERS_MIN
+    from vlforge.versions import TORCH_MIN, TRANSFORMERS_MIN
 
     assert all((REPO / path).exists() for path in VM.CORE_TESTS)
     assert VM._minimum() == TRANSFORMERS_MIN and VM._release("5.17") == "5.17.0"
+    assert VM._minimum("torch") == TORCH_MIN and VM._older(VM.TORCH_BELOW, TORCH_MIN)
     assert VM._older(VM.BELOW, TRANSFORMERS_MIN) and not VM._older(VM.NEWEST, TRANSFORMERS_MIN)
 
 
@@ -35,11 +36,15 @@ def test_the_committed_record_is_what_the_docs_quote():
     points = {point["point"]: point for point in record["points"]}
     assert set(points) == set(VM.POINTS)
     readme = (REPO / "README.md").read_text()
-    for name in ("oldest", "newest", "torch_newest"):
+    for name in ("oldest", "newest", "torch_oldest", "torch_newest"):
         point = points[name]
         assert point["ok"] and point["vlforge_from_wheel"], name
         assert f"| {point['versions']['torch']} | {point['versions']['transformers']} | " \
                f"{point['pytest']['passed']} passed" in readme, name
     assert points["torch_newest"]["versions"]["torch"].startswith(VM.TORCH_NEWEST)
+    assert points["torch_oldest"]["versions"]["torch"].startswith(VM._release(VM._minimum("torch")))
+    below = points["torch_below"]
+    assert below["versions"]["torch"].startswith(VM.TORCH_BELOW) and below["refusals"]
+    assert all(r["ok"] and "needs torch >= " in r["line"] for r in below["refusals"])
     assert all(r["ok"] for r in points["below"]["refusals"])
     assert points["offline"]["ok"] and f"{points['offline']['wheelhouse']['megabytes']} MB" in readme

@@ -24,7 +24,8 @@ from vlforge.errors import VlforgeError
 TRANSFORMERS_MIN = "5.17"
 """transformers 5.17 is what GPU hosts commonly carry beside torch 2.11; the matrix runs the core suite on it."""
 TORCH_MIN = "2.11"
-"""torch 2.11 (CUDA 13.0) ran the GPU check (``scripts/gpu_check.sh``); torch 2.13 (CPU) runs everything here."""
+"""torch 2.11 (CUDA 13.0) ran the GPU check (``scripts/gpu_check.sh``) and, on the CPU, the version matrix's core
+suite (its ``torch_oldest`` point); torch 2.13 (CPU) runs everything here."""
 MINIMUMS = {"transformers": TRANSFORMERS_MIN, "torch": TORCH_MIN}
 
 
