@@ -38,6 +38,8 @@ def test_preset_is_written_once_into_the_cache_then_loaded(tmp_path, monkeypatch
     alone = load("tiny:qwen3_vl@2", processor=False, tokenizer=False)
     assert alone.processor is None and alone.tokenizer is None and torch.equal(alone.model.lm_head.weight,
                                                                                loaded.model.lm_head.weight)
+    with pytest.raises(ConfigError, match=r"load\(tokenizer=False\) needs processor=False"):
+        load("tiny:qwen3_vl@2", tokenizer=False)
 
 
 def test_text_only_checkpoint_falls_back_to_causal_lm(tmp_path):

@@ -216,6 +216,8 @@ def load(
     import torch
     from transformers import AutoConfig, AutoProcessor, AutoTokenizer, PreTrainedTokenizerBase
 
+    if processor and not tokenizer:
+        raise ConfigError("load(tokenizer=False) needs processor=False: a processor holds its tokenizer")
     torch_dtype = parse_dtype(dtype)
     try:
         torch_device = torch.device(device)
