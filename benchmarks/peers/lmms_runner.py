@@ -90,6 +90,39 @@ def sample_loss(model, sample: dict) -> tuple[float, int]:
     return float(loss), int(keep.sum())
 
 
+def sample_records(checkpoint: Path, family: str, data: Path, args: argparse.Namespace, *, loss: bool) -> dict:
+    """``{"process_seconds", "samples"}``: each record's processed sample (ids, labels, grids, pixel sums) and, with
+    ``loss``, its loss sum at the checkpoint's weights (``checkpoint``: a :func:`stock_checkpoint` directory)."""
+    import torch
+
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    dataset = build_dataset(checkpoint, family, data, args)
+    samples = [dataset[i] for i in range(len(dataset))]
+    seconds = round(time.perf_counter() - start, 3)
+    model = None
+    if loss:
+        from transformers import AutoModelForImageTextToText
+
+        model = AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
+    records = []
+    for sample in samples:
+        record = {"input_ids": sample["input_ids"].tolist(), "labels": sample["labels"].tolist()}
+        for key in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts"):
+            if sample.get(key) is not None:
+                record[key] = sample[key].tolist()
+        for key in ("pixel_values", "pixel_values_videos"):
+            if sample.get(key) is not None:
+                record[key + "_sum"] = float(sample[key].double().sum())
+                record[key + "_shape"] = list(sample[key].shape)
+        if model is not None:
+            start = time.perf_counter()
+            record["loss_sum"], record["predicted"] = sample_loss(model, sample)
+            record["forward_seconds"] = round(time.perf_counter() - start, 4)
+        records.append(record)
+    return {"process_seconds": seconds, "samples": records}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", type=Path, required=True)
@@ -108,36 +141,11 @@ def main() -> int:
     import torch
     import transformers
 
-    torch.manual_seed(0)
     out: dict = {"engine": "lmms-engine", "version": getattr(lmms_engine, "__version__", None),
                  "transformers": transformers.__version__, "torch": torch.__version__, "family": args.family}
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint, out["shims"] = stock_checkpoint(args.checkpoint, args.family, Path(tmp))
-        start = time.perf_counter()
-        dataset = build_dataset(checkpoint, args.family, args.data, args)
-        samples = [dataset[i] for i in range(len(dataset))]
-        out["process_seconds"] = round(time.perf_counter() - start, 3)
-        model = None
-        if args.loss:
-            from transformers import AutoModelForImageTextToText
-
-            model = AutoModelForImageTextToText.from_pretrained(checkpoint, dtype=torch.float32).eval()
-        records = []
-        for sample in samples:
-            record = {"input_ids": sample["input_ids"].tolist(), "labels": sample["labels"].tolist()}
-            for key in ("image_grid_thw", "video_grid_thw", "second_per_grid_ts"):
-                if sample.get(key) is not None:
-                    record[key] = sample[key].tolist()
-            for key in ("pixel_values", "pixel_values_videos"):
-                if sample.get(key) is not None:
-                    record[key + "_sum"] = float(sample[key].double().sum())
-                    record[key + "_shape"] = list(sample[key].shape)
-            if model is not None:
-                start = time.perf_counter()
-                record["loss_sum"], record["predicted"] = sample_loss(model, sample)
-                record["forward_seconds"] = round(time.perf_counter() - start, 4)
-            records.append(record)
-    out["samples"] = records
+        out.update(sample_records(checkpoint, args.family, args.data, args, loss=args.loss))
     json.dump(out, result)
     result.write("\n")
     return 0

@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lmms_runner import DATASET_TYPE, stock_checkpoint
+from lmms_runner import DATASET_TYPE, sample_records, stock_checkpoint
 
 MAX_STEPS = 10  # LMMS's Trainer.compute_loss puts its MFU tensor on CUDA at global_step 10
 
@@ -177,6 +177,8 @@ def main() -> int:
     parser.add_argument("--min-pixels", type=int, default=3136)
     parser.add_argument("--max-pixels", type=int, default=224 * 224 * 2)
     parser.add_argument("--max-frames", type=int, default=16)
+    parser.add_argument("--samples", action="store_true",
+                        help="also print lmms_runner.py --loss's samples (processed before training, same process)")
     args = parser.parse_args()
     if not 1 <= args.steps <= MAX_STEPS:
         parser.error(f"--steps must be within 1..{MAX_STEPS} (LMMS's Trainer needs CUDA at step {MAX_STEPS + 1})")
@@ -196,6 +198,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lmms-train-") as tmp:
         work = Path(tmp)
         checkpoint, out["shims"] = stock_checkpoint(args.checkpoint, args.family, work)
+        if args.samples:  # before the shims: what lmms_runner.py --loss prints, from this process
+            out["runner"] = sample_records(checkpoint, args.family, args.data, args, loss=True)
         out["shims"] += apply_shims(args.family)
         instrument(clock)
         config_path = work / "lmms_config.yaml"

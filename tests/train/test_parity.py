@@ -166,19 +166,20 @@ def test_lmms_label_mode_is_refused_for_families_lmms_does_not_process():
 
 
 def run_lmms(checkpoint: Path, family: str, data: Path) -> dict:
-    """LMMS Engine's processor over ``data`` and each sample's first-step loss sum (benchmarks/peers/lmms_runner.py)."""
-    cmd = [str(PEER), str(REPO / "benchmarks" / "peers" / "lmms_runner.py"), "--checkpoint", str(checkpoint),
-           "--family", family, "--data", str(data), "--fps", str(SAMPLE_FPS), "--min-pixels", str(MIN_PIXELS),
-           "--max-pixels", str(MAX_PIXELS), "--loss"]
+    """LMMS Engine's own trainer for two steps (hf_trainer on the CPU, benchmarks/peers/lmms_train.py) and, from the
+    same process before training, its processor's samples with their first-step loss sums (``--samples``: what
+    benchmarks/peers/lmms_runner.py --loss prints)."""
+    cmd = [str(PEER), str(REPO / "benchmarks" / "peers" / "lmms_train.py"), "--checkpoint", str(checkpoint),
+           "--family", family, "--data", str(data), "--steps", "2", "--fps", str(SAMPLE_FPS),
+           "--min-pixels", str(MIN_PIXELS), "--max-pixels", str(MAX_PIXELS), "--samples"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 
 
 @pytest.fixture(scope="module")
-def lmms_samples(tiny_checkpoint, data):
-    """``lmms_samples(family)``: LMMS Engine's processed samples with their first-step loss sums, from one peer run
-    per family shared by this module's tests (the processing is the same with or without ``--loss``)."""
+def lmms_run(tiny_checkpoint, data):
+    """``lmms_run(family)``: one LMMS Engine peer run per family (:func:`run_lmms`), shared by this module's tests."""
     runs: dict[str, dict] = {}
 
     def get(family: str) -> dict:
@@ -192,8 +193,8 @@ def lmms_samples(tiny_checkpoint, data):
 @NEEDS_PEER
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
-def test_lmms_label_mode_equals_lmms_engine_processor(tmp_path, tiny_checkpoint, data, lmms_samples, family):
-    peer = lmms_samples(family)
+def test_lmms_label_mode_equals_lmms_engine_processor(tmp_path, tiny_checkpoint, data, lmms_run, family):
+    peer = lmms_run(family)["runner"]
     batch, _, _ = first_batch(tmp_path, tiny_checkpoint(family), data, packing=False, label_mode="lmms")
     ours = per_sample(batch)
     assert len(peer["samples"]) == len(ours)
@@ -206,16 +207,10 @@ def test_lmms_label_mode_equals_lmms_engine_processor(tmp_path, tiny_checkpoint,
 @NEEDS_PEER
 @pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
-def test_lmms_engine_trainer_step1_loss_equals_runner_loss(tiny_checkpoint, data, lmms_samples, family):
-    """LMMS Engine's own trainer (hf_trainer on the CPU, benchmarks/peers/lmms_train.py) against its processor's loss."""
-    checkpoint = tiny_checkpoint(family)
-    cmd = [str(PEER), str(REPO / "benchmarks" / "peers" / "lmms_train.py"), "--checkpoint", str(checkpoint),
-           "--family", family, "--data", str(data), "--steps", "2", "--fps", str(SAMPLE_FPS),
-           "--min-pixels", str(MIN_PIXELS), "--max-pixels", str(MAX_PIXELS)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    trained = json.loads(done.stdout)
-    peer = lmms_samples(family)
+def test_lmms_engine_trainer_step1_loss_equals_runner_loss(lmms_run, family):
+    """LMMS Engine's own trainer (hf_trainer on the CPU) against its processor's loss at the same weights."""
+    trained = lmms_run(family)
+    peer = trained["runner"]
     count = sum(s["predicted"] for s in peer["samples"])
     assert trained["device"] == "cpu:0" and trained["dtype"] == "float32" and trained["steps"] == 2
     # step 1 is before any update: the padded batch's token-weighted mean equals the per-sample sums
