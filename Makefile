@@ -62,7 +62,7 @@ wheelhouse: install
 # The version matrix (README "Supported versions"): fresh venvs under ~/.cache/vlforge/matrix, vlforge from its
 # built wheel, the core suite on the oldest and newest transformers and on the oldest and newest torch, the
 # one-line refusal of an older transformers and of an older torch, and the offline wheelhouse install into a venv
-# holding only torch. ~45 minutes on 2 cores (the torch points download CUDA builds of torch: network needed).
+# holding only torch. 15-45 minutes on 2 cores, by machine (the torch points download CUDA builds: network needed).
 MATRIX_POINTS ?= oldest,newest,torch_oldest,torch_newest,below,torch_below,offline
 matrix: install
 	$(BIN)/python scripts/version_matrix.py --points $(MATRIX_POINTS) --record benchmarks/records/version_matrix.json

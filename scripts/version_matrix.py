@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""The version matrix: vlforge's core suite from its built wheel, in fresh venvs, on each transformers it claims.
+"""The version matrix: vlforge's core suite from its built wheel, in fresh venvs, on the oldest and newest
+transformers and torch it claims, and the one-line refusal of older ones.
 
-For each point a fresh venv under the cache directory gets torch 2.13.0 (the local CPU build on this machine;
-any other torch is a multi-GB CUDA download), the point's transformers and vlforge from a wheel built from this
-checkout (never editable, never the source tree), and runs the core suite (patch, data, models, training on
-tiny models, plan) from a temporary copy of ``tests/`` and ``examples/``: no ``src/`` is on the path, and the
-script checks ``vlforge.__file__`` lies in the venv. Points:
+For each point a fresh venv under the cache directory gets torch 2.13.0 (the local CPU build on this machine; the
+torch points install theirs: CUDA builds, from this machine's package mirror or downloaded from PyPI), the point's
+transformers and vlforge from a wheel built from this checkout (never editable, never the source tree), and runs
+the core suite (patch, data, models, training on tiny models, plan) from a temporary copy of ``tests/`` and
+``examples/``: no ``src/`` is on the path, and the script checks ``vlforge.__file__`` lies in the venv. Points:
 
 - ``oldest``: transformers = vlforge's minimum (:data:`vlforge.versions.TRANSFORMERS_MIN`); also checks that a
   family needing a newer one (``Family.transformers_min``, e.g. Qwen3.5) is refused in one line;
@@ -28,7 +29,7 @@ local torch wheels on this machine).
 Default cache: ``$VLFORGE_MATRIX_DIR``, else ``$XDG_CACHE_HOME/vlforge/matrix`` (``~/.cache/...``).
 
 Examples:
-    python3 scripts/version_matrix.py --record benchmarks/records/version_matrix.json    # make matrix (~45 min)
+    python3 scripts/version_matrix.py --record benchmarks/records/version_matrix.json    # make matrix (15-45 min)
     python3 scripts/version_matrix.py --points below,offline                             # ~5 min
 """
 
@@ -405,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             ran = {r["point"] for r in results}
             kept = [r for r in json.loads(args.record.read_text())["points"] if r["point"] not in ran]
         merged = sorted([*kept, *results], key=lambda r: POINTS.index(r["point"]))
-        record = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU", "torch": TORCH,
+        record = {"machine": f"{platform.machine()}, {os.cpu_count()} CPUs, no GPU", "default_torch": TORCH,
                   "command": "make matrix", "date": time.strftime("%Y-%m-%d"), "points": merged}
         args.record.parent.mkdir(parents=True, exist_ok=True)
         args.record.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -207,7 +207,7 @@ def load(
     """Load a model (eval mode), its processor and tokenizer from a preset, directory or hub id.
 
     ``processor=False`` reads the tokenizer alone; with ``tokenizer=False`` too, the model alone (an export copies
-    the tokenizer files and never parses them).
+    the tokenizer files and never parses them). ``tokenizer=False`` with a processor raises :class:`ConfigError`.
 
     ``shared_processor``: reuse the processor and tokenizer an earlier ``shared_processor`` load of this process
     read from the same unchanged files (building a Qwen3.5 tokenizer takes seconds); the caller must not change
