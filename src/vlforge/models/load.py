@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-from vlforge.collector import collector_paused
 from vlforge.errors import ConfigError, ModelLoadError
 from vlforge.models import tiny
 from vlforge.models.compat import ensure_processor_support
 from vlforge.models.families import check_transformers
 from vlforge.models.presets import PRESET_PREFIX, REAL_PREFIX, parse_preset
+from vlforge.models.readers import read_processor, read_tokenizer
 from vlforge.models.refs import DTYPE_NAMES, local_checkpoint
 from vlforge.outputs import cache_root, file_lock
 
@@ -214,7 +214,7 @@ def load(
     them. The trainer loads this way.
     """
     import torch
-    from transformers import AutoConfig, AutoProcessor, AutoTokenizer, PreTrainedTokenizerBase
+    from transformers import AutoConfig, PreTrainedTokenizerBase
 
     if processor and not tokenizer:
         raise ConfigError("load(tokenizer=False) needs processor=False: a processor holds its tokenizer")
@@ -246,15 +246,14 @@ def load(
             raise ModelLoadError(f"cannot load the model in {path} with {model_class.__name__}: {error}") from error
     model = model.to(torch_device).eval()
 
-    read_tokenizer, loaded_processor, tokenizer = tokenizer, None, None
+    want_tokenizer, loaded_processor, tokenizer = tokenizer, None, None
     key = _processor_files(path, trust_remote_code) if processor and shared_processor else None
     if key is not None and key in _SHARED_PROCESSORS:
         _SHARED_PROCESSORS.move_to_end(key)
         loaded_processor, tokenizer = _SHARED_PROCESSORS[key]
     elif processor:
         try:
-            with collector_paused():
-                loaded = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
+            loaded = read_processor(path, trust_remote_code=trust_remote_code)
         except Exception as error:
             raise ModelLoadError(
                 f"cannot load the processor in {path}: {error} (pass processor=False to skip it)"
@@ -268,9 +267,8 @@ def load(
             _SHARED_PROCESSORS[key] = (loaded_processor, tokenizer)
             while len(_SHARED_PROCESSORS) > _SHARED_PROCESSORS_MAX:
                 _SHARED_PROCESSORS.popitem(last=False)
-    elif read_tokenizer and ((path / "tokenizer_config.json").is_file() or (path / "tokenizer.json").is_file()):
-        with collector_paused():
-            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    elif want_tokenizer and ((path / "tokenizer_config.json").is_file() or (path / "tokenizer.json").is_file()):
+        tokenizer = read_tokenizer(path, trust_remote_code=trust_remote_code)
     logger.info("loaded %s (%s, %s) from %s in %.1f s", source, config.model_type, torch_dtype, path,
                 time.perf_counter() - started)
     return LoadedModel(

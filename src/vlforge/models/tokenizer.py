@@ -26,8 +26,8 @@ import importlib.util
 import logging
 from pathlib import Path
 
-from vlforge.collector import collector_paused
 from vlforge.errors import ModelLoadError
+from vlforge.models.readers import read_tokenizer
 from vlforge.outputs import cache_root, file_lock, staged_dir
 
 logger = logging.getLogger(__name__)
@@ -56,10 +56,7 @@ def qwen3_tokenizer_dir() -> Path:
 
 def qwen3_tokenizer():
     """A fresh ``Qwen2Tokenizer`` instance of the Qwen3 vocabulary."""
-    from transformers import AutoTokenizer
-
-    with collector_paused():
-        return AutoTokenizer.from_pretrained(qwen3_tokenizer_dir())
+    return read_tokenizer(qwen3_tokenizer_dir())
 
 
 def _qwen3_5_sources() -> tuple[Path, list[str]]:
@@ -156,10 +153,7 @@ def qwen3_5_tokenizer_dir() -> Path:
 
 def qwen3_5_tokenizer():
     """A fresh ``Qwen3_5Tokenizer`` instance of the Qwen3.5 vocabulary."""
-    from transformers import AutoTokenizer
-
-    with collector_paused():
-        return AutoTokenizer.from_pretrained(qwen3_5_tokenizer_dir())
+    return read_tokenizer(qwen3_5_tokenizer_dir())
 
 
 TOKENIZERS = {"qwen3": qwen3_tokenizer, "qwen3.5": qwen3_5_tokenizer}

@@ -29,12 +29,9 @@ def processor_for(cfg: TrainConfig, loaded: Any, data_cfg: DataConfig):
 
         source = resolve(cfg.processor.processor_name)
         if Path(source).resolve() != Path(loaded.path).resolve():  # the checkpoint's own: already loaded
-            from transformers import AutoProcessor
+            from vlforge.models.readers import read_processor
 
-            from vlforge.collector import collector_paused
-
-            with collector_paused():
-                hf = AutoProcessor.from_pretrained(source)
+            hf = read_processor(source)
             tokenizer, image_processor = hf.tokenizer, getattr(hf, "image_processor", None)
     from vlforge.data import build_processor
 

@@ -44,13 +44,10 @@ class TagEncoding:
 
 def load_tokenizer(path: str | Path):
     """``AutoTokenizer.from_pretrained(path)`` with a one-line error naming the directory."""
-    from transformers import AutoTokenizer
-
-    from vlforge.collector import collector_paused
+    from vlforge.models.readers import read_tokenizer
 
     try:
-        with collector_paused():
-            return AutoTokenizer.from_pretrained(str(path))
+        return read_tokenizer(str(path))
     except (OSError, ValueError, TypeError, KeyError) as error:
         raise ModelLoadError(f"{path}: cannot load a tokenizer ({type(error).__name__}: {error})") from error
 
