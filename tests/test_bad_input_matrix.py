@@ -245,7 +245,7 @@ CASES: list[Case] = [
     Case("extract", "data is a directory", lambda r: ["extract", "--model", MISSING_MODEL, "--data", "a_dir",
                                                       "--out", "ex"], ("--data", "a_dir", "directory")),
     Case("extract", "zero batch size", lambda r: ["extract", "--model", MISSING_MODEL, "--data", "good.jsonl",
-                                                  "--out", "ex", "--batch-size", "0"], ("batch_size",)),
+                                                  "--out", "ex", "--batch-size", "0"], ("--batch-size",)),
     Case("extract", "layer out of range", lambda r: ["extract", "--model", "tiny:qwen2_vl", "--data", "good.jsonl",
                                                      "--out", "ex", "--features", "hidden_mean", "--layers", "99"],
          ("--layers 99",)),

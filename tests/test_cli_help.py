@@ -35,9 +35,13 @@ def test_error_text_is_printed_literally(tmp_path: Path) -> None:
 
 
 def _command_paths(command, path=()) -> list[tuple[str, ...]]:
+    """Every command and sub-command (the groups build theirs when asked for)."""
+    import click
+
     paths = [path]
-    for name, sub in sorted(getattr(command, "commands", {}).items()):
-        paths += _command_paths(sub, (*path, name))
+    ctx = click.Context(command)
+    for name in command.list_commands(ctx) if hasattr(command, "list_commands") else []:
+        paths += _command_paths(command.get_command(ctx, name), (*path, name))
     return paths
 
 

@@ -60,6 +60,20 @@ def execute(job: Job[OptionsT, ReportT], options: OptionsT, *, as_json: bool, co
     return int(job.exit_code(report))
 
 
+@dataclass(frozen=True)
+class Cli(Generic[OptionsT]):
+    """A job as a command: the options model whose fields are its flags (:mod:`vlforge.flags`) and how they
+    become the job's options."""
+
+    flags: type
+    """The options model: one field per flag or argument (name, type, default and help declared there)."""
+    job: Job[Any, Any]
+    to_options: Callable[[Any, bool], OptionsT] | None = None
+    """``to_options(flags, as_json)`` -> the job's options; None: the flags model is the job's options."""
+    json: bool = True
+    """The command takes ``--json``."""
+
+
 def always_ok(_report: Any) -> int:
     """``exit_code`` of a command whose report carries no verdict."""
     return ExitCode.OK

@@ -11,8 +11,8 @@ import logging
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from rich.console import Console
@@ -20,13 +20,14 @@ from rich.markup import escape
 from rich.table import Table
 
 import vlforge
-from vlforge.command import Job, always_ok
+from vlforge.command import Cli, Job, always_ok
 from vlforge.diagnosis import report as doctor_report
 from vlforge.diagnosis.bench import measure_conv
 from vlforge.diagnosis.rules import Measurement
 from vlforge.doctor import render as render_doctor
 from vlforge.errors import VlforgeError
 from vlforge.profile import ProfileOptions, compare_table, run_profile
+from vlforge.strict import StrictModel
 from vlforge.tables import print_table
 from vlforge.verify import VerifyOptions, run_verify
 
@@ -173,11 +174,12 @@ def run(console: Console, seconds: float = 20.0) -> None:
     console.print("[bold green]demo finished: the patched model is equivalent and its speed was measured above")
 
 
-@dataclass(frozen=True)
-class DemoRequest:
-    """``vlforge demo [--seconds S]``: the time budget of the speed measurement."""
+class DemoRequest(StrictModel):
+    """``vlforge demo [--seconds S]``."""
 
+    unknown_label: ClassVar[str] = "option"
     seconds: float = 20.0
+    """Time budget for the speed measurement."""
 
 
 def _run_request(request: DemoRequest) -> None:
@@ -188,3 +190,4 @@ def _run_request(request: DemoRequest) -> None:
 
 JOB: Job[DemoRequest, None] = Job(check=lambda request: None, run=_run_request, render=lambda request, report, c: None,
                                   to_json=lambda report: "{}", exit_code=always_ok)
+CLI = Cli(flags=DemoRequest, job=JOB, json=False)

@@ -70,7 +70,7 @@ def test_default_limit_exits_2_after_writing_the_report(tmp_path, monkeypatch):
 def test_max_skip_fraction_is_checked(tmp_path, monkeypatch):
     data = write_bad_dataset(tmp_path / "data")
     code, _, stderr = vlforge_cli(_argv(data, tmp_path / "cache", "--max-skip-fraction", "1.5"), monkeypatch)
-    assert code == 2 and "max_skip_fraction" in stderr and "less than or equal to 1" in stderr
+    assert code == 2 and "--max-skip-fraction" in stderr and "less than or equal to 1" in stderr
     assert not (tmp_path / "cache").exists()
 
 

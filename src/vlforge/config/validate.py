@@ -14,12 +14,16 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
-from vlforge.command import Job
+from pydantic import Field
+
+from vlforge.command import Cli, Job
 from vlforge.config.load import ResolvedConfig, dump_problems, resolve_config
 from vlforge.config.problems import ConfigValidationError, Problem
 from vlforge.errors import ExitCode
+from vlforge.flags import Arg
+from vlforge.strict import StrictModel
 
 
 @dataclass
@@ -91,15 +95,28 @@ def check(path: str | Path, overrides: Iterable[str] = (), *, model: bool = True
     return ValidateReport(str(path), resolved=resolved)
 
 
-@dataclass(frozen=True)
-class ValidateRun:
-    """``vlforge validate CONFIG [key=value ...]``."""
+class ConfigFlags(StrictModel):
+    """A training config and its ``key=value`` overrides: the arguments of validate, train and plan."""
 
-    config: Path
-    overrides: tuple[str, ...] = ()
+    unknown_label: ClassVar[str] = "option"
+    config: Annotated[Path, Arg()]
+    """Training config YAML: native, LMMS Engine or guide layout."""
+    overrides: Annotated[list[str], Arg()] = Field(default_factory=list)
+    """key=value overrides, e.g. training.max_steps=10 or packing.packing_length=8192."""
 
 
-def _render(run: ValidateRun, report: ValidateReport, console: Any) -> None:
+def validated(config: Path, overrides: Iterable[str]) -> ResolvedConfig:
+    """``config`` read and validated once (``vlforge validate``'s checks but the model's, which each job makes
+    after its output paths); every problem is a line of the :class:`~vlforge.errors.ConfigError` raised."""
+    from vlforge.errors import ConfigError
+
+    report = check(config, overrides, model=False)
+    if not report.ok:
+        raise ConfigError("\n".join(report.error_lines()))
+    return report.resolved
+
+
+def _render(run: ConfigFlags, report: ValidateReport, console: Any) -> None:
     """The resolved YAML on stdout (written as it is: no markup), or one ``error:`` line per problem on stderr."""
     if report.ok:
         console.file.write(report.to_yaml_text())
@@ -109,8 +126,9 @@ def _render(run: ValidateRun, report: ValidateReport, console: Any) -> None:
         sys.stderr.write(f"error: {line}\n")
 
 
-JOB: Job[ValidateRun, ValidateReport] = Job(
-    check=lambda run: None, run=lambda run: check(run.config, run.overrides), render=_render,
+JOB: Job[ConfigFlags, ValidateReport] = Job(
+    check=lambda run: None, run=lambda run: check(run.config, tuple(run.overrides)), render=_render,
     to_json=lambda report: json.dumps(report.to_dict(), indent=2),
     exit_code=lambda report: ExitCode.OK if report.ok else ExitCode.BAD_INPUT,
 )
+CLI = Cli(flags=ConfigFlags, job=JOB)

@@ -9,12 +9,13 @@ Example (CPU, environment only, what-if):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
 
-from vlforge.command import Job
+from vlforge.command import Cli, Job
 from vlforge.diagnosis.facts import DoctorError, parse_assume
+from vlforge.flags import Flag
 from vlforge.strict import StrictModel
 
 if TYPE_CHECKING:
@@ -65,16 +66,26 @@ class DoctorOptions(StrictModel):
     """``vlforge doctor``'s flags."""
 
     unknown_label = "option"
-    model: str | None = None
+    model: Annotated[str | None, Flag("--model", "-m")] = None
+    """Checkpoint dir or preset (tiny:qwen3_vl, real:qwen3_vl_2b)."""
     dtype: str | None = None
+    """Compute dtype of the run: float32, bf16, fp16."""
     assume: str | None = None
-    bench: bool = True
+    """What-if facts: torch=2.9.1,cudnn=91002,device=cuda,..."""
+    bench: Annotated[bool, Flag(negatable=True)] = True
+    """Measure the patch convs here."""
     windows: int | None = Field(default=None, ge=1)
+    """Windows per measured call (default: a 1024x1024 image)."""
     bench_seconds: float | None = Field(default=None, ge=0)
-    tokens: bool = True
-    fmt: str | None = None
+    """Time budget of the measurement [default: 5]."""
+    tokens: Annotated[bool, Flag(negatable=True)] = True
+    """Audit untrained special tokens of the chat template (reads the checkpoint's embeddings, a few seconds)."""
+    fmt: Annotated[str | None, Flag("--format")] = None
+    """Also audit a reward format's tags: r1."""
     reward_regex: str | None = None
+    """Also audit the literal tags of this reward regex."""
     tags: list[str] = Field(default_factory=list)
+    """Also audit these tags (comma-separated, repeatable)."""
 
 
 def check(options: DoctorOptions) -> None:
@@ -103,3 +114,4 @@ JOB: Job[DoctorOptions, DoctorReport] = Job(
     check=check, run=run, render=render, to_json=lambda report: report.to_json(),
     exit_code=lambda report: report.exit_code,
 )
+CLI = Cli(flags=DoctorOptions, job=JOB)

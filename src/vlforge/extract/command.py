@@ -9,13 +9,26 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from vlforge.command import Job, always_ok
+from vlforge.command import Cli, Job, always_ok
 from vlforge.extract.options import ExtractOptions
+from vlforge.flags import Flag
 
 if TYPE_CHECKING:
     from vlforge.extract.runner import ExtractSummary
+
+
+class ExtractFlags(ExtractOptions):
+    """``vlforge extract``'s flags: the cache's options and the progress bar."""
+
+    progress: Annotated[bool, Flag(negatable=True)] = True
+    """Progress bar (rank 0)."""
+
+
+def from_flags(flags: ExtractFlags, as_json: bool) -> ExtractRun:
+    options = ExtractOptions(**flags.model_dump(exclude={"progress"}))
+    return ExtractRun(options, progress=flags.progress and not as_json)
 
 
 @dataclass(frozen=True)
@@ -47,3 +60,4 @@ JOB: Job[ExtractRun, ExtractSummary] = Job(
     check=check, run=extract, render=render, to_json=lambda summary: json.dumps(summary.to_dict(), indent=2),
     exit_code=always_ok,
 )
+CLI = Cli(flags=ExtractFlags, job=JOB, to_options=from_flags)

@@ -10,11 +10,12 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
 from vlforge.errors import did_you_mean
+from vlforge.flags import Flag
 from vlforge.strict import StrictModel
 
 #: What can be stored, per sample (see docs/extract.md for the shapes).
@@ -32,32 +33,46 @@ RAGGED = ("vision_tokens", "vision_pooled", "deepstack", "vision_items")
 
 
 class ExtractOptions(StrictModel):
-    """Everything ``vlforge extract`` needs; fields marked "cache" must match to resume a cache."""
+    """Everything ``vlforge extract`` needs; the fields of :meth:`cache_options` must match to resume a cache."""
 
     unknown_label: ClassVar[str] = "option"
 
-    model: str = Field(description="checkpoint dir, tiny:FAMILY preset or hub id")
-    data: str = Field(description="dataset file (jsonl/json/parquet/arrow), dataset YAML or data config YAML")
-    out: Path = Field(description="cache directory")
-    features: list[str] = Field(default_factory=lambda: ["vision_pooled", "hidden_mean"],
-                                description="cache: what to store, see FEATURES")
-    layers: list[int] = Field(default_factory=lambda: [-1],
-                              description="cache: hidden_states indices for hidden_* (0 embeddings, -1 last, post-norm)")
-    dtype: str = Field("float32", description="cache: model dtype (float32, bfloat16, float16)")
-    batch_size: int = Field(8, gt=0, description="cache: samples per forward (changes numerics, so it is fixed)")
-    shard_size: int = Field(256, gt=0, description="cache: samples (of the global order) per shard")
-    format: Literal["safetensors", "parquet"] = Field("safetensors", description="cache: shard file format")
-    attn_implementation: str | None = Field(None, description="cache: attention implementation (default: model's)")
-    id_field: str = Field("id", description="cache: record key used as sample id when present ('' = never)")
-    on_error: Literal["raise", "skip"] = Field("skip", description="bad samples: stop, or skip into errors.jsonl")
-    max_skip_fraction: float = Field(0.1, ge=0.0, le=1.0, description="stop with an error (exit 2) when the cache's "
-                                     "skipped share is above this (0: none may be skipped, 1: never stop)")
-    weights_hash: Literal["full", "header"] = Field(
-        "full", description="hash every weight file's bytes, or only their safetensors headers and sizes")
-    num_workers: int = Field(0, ge=0, description="DataLoader workers preprocessing while the model runs")
-    device: str = Field("auto", description="auto (cuda:LOCAL_RANK when available, else cpu), cpu, cuda, ...")
-    overwrite: bool = Field(False, description="replace a cache made with another model or other options")
-    token_audit: bool = Field(True, description="audit the chat template's special tokens at start-up")
+    model: Annotated[str, Flag("--model", "-m")]
+    """Checkpoint dir, preset (tiny:qwen3_vl, real:qwen3_vl_2b) or hub id."""
+    data: str
+    """Dataset file (.jsonl/.json/.parquet/.arrow), dataset YAML or data config."""
+    out: Path
+    """Cache directory (created; resumed when it holds the same run)."""
+    features: Annotated[list[str], Flag(split=str)] = Field(default_factory=lambda: ["vision_pooled", "hidden_mean"])
+    """Comma-separated: vision_tokens, vision_pooled, deepstack, hidden_mean, hidden_last (fixed for a cache)."""
+    layers: Annotated[list[int], Flag(split=int)] = Field(default_factory=lambda: [-1])
+    """hidden_states indices for hidden_*: 0 embeddings, -1 last (post-norm) (fixed for a cache)."""
+    dtype: str = "float32"
+    """float32, bfloat16 or float16 (fixed for a cache)."""
+    batch_size: int = Field(8, gt=0)
+    """Samples per forward (fixed for a cache: it changes numerics)."""
+    shard_size: int = Field(256, gt=0)
+    """Samples of the global order per shard (fixed for a cache)."""
+    format: Literal["safetensors", "parquet"] = "safetensors"
+    """Shard file format: safetensors or parquet (fixed for a cache)."""
+    num_workers: int = Field(0, ge=0)
+    """DataLoader workers preprocessing while the model runs."""
+    on_error: Literal["raise", "skip"] = "skip"
+    """Bad samples: skip (into errors.jsonl) or raise."""
+    max_skip_fraction: float = Field(0.1, ge=0.0, le=1.0)
+    """Exit 2 when more than this share of the samples is skipped (0 none, 1 never)."""
+    attn_implementation: Annotated[str | None, Flag("--attn")] = None
+    """Attention implementation (default: the model's; fixed for a cache)."""
+    id_field: str = "id"
+    """Record key used as sample id when present ('' = never; fixed for a cache)."""
+    weights_hash: Literal["full", "header"] = "full"
+    """full (hash weight bytes) or header (headers + sizes)."""
+    device: str = "auto"
+    """auto (cuda:LOCAL_RANK when available, else cpu), cpu, cuda, ..."""
+    overwrite: bool = False
+    """Replace a cache of another model/options."""
+    token_audit: Annotated[bool, Flag(negatable=True)] = True
+    """Audit the chat template's special tokens at start-up (a few seconds)."""
 
     @field_validator("features")
     @classmethod

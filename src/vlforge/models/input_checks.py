@@ -15,11 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, model_validator
 
 from vlforge.errors import DataError, VlforgeError
+from vlforge.flags import Flag
 from vlforge.strict import StrictModel
 
 
@@ -82,13 +83,16 @@ class InputSource(StrictModel):
 
     unknown_label: ClassVar[str] = "option"
 
-    model: str
-    """Local checkpoint dir, ``tiny:FAMILY`` preset or hub id."""
+    model: Annotated[str, Flag("--model", "-m")]
+    """Checkpoint dir, preset (tiny:qwen3_vl, real:qwen3_vl_2b) or hub id."""
     synthetic: str | None = None
-    """``FRAMESxHxW``; the default input is ``1x224x224`` when no source is given."""
-    images: list[Path] = Field(default_factory=list)
+    """Random frames FRAMESxHxW (e.g. 8x720x1280) through the model's processor rules; default 1x224x224."""
+    images: Annotated[list[Path], Flag("--image")] = Field(default_factory=list)
+    """Image file(s), one prompt (repeatable)."""
     video: Path | None = None
+    """Video file, decoded with PyAV, frames sampled uniformly."""
     video_frames: int = Field(8, ge=1)
+    """Frames sampled from --video."""
 
     @model_validator(mode="after")
     def _one_source(self) -> InputSource:

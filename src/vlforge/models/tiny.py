@@ -32,14 +32,14 @@ import functools
 import json
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import ConfigDict
 
-from vlforge.command import Job, always_ok
+from vlforge.command import Cli, Job, always_ok
 from vlforge.errors import ConfigError, VlforgeError
+from vlforge.flags import Arg, Flag
 from vlforge.models.compat import ensure_processor_support
 from vlforge.models.families import check_transformers, family
 from vlforge.models.templates import template
@@ -286,15 +286,20 @@ def write_tiny(
     return out_dir
 
 
-@dataclass(frozen=True)
-class TinyRequest:
+class TinyRequest(StrictModel):
     """``vlforge tiny FAMILY OUT_DIR [--seed N] [--untied]`` or ``vlforge tiny --list``."""
 
-    family: str = ""
-    out_dir: Path | None = None
+    unknown_label: ClassVar[str] = "option"
+    family: Annotated[str, Arg()] = ""
+    """Model family, e.g. qwen3_vl (see `vlforge tiny --list`)."""
+    out_dir: Annotated[Path | None, Arg()] = None
+    """Directory to write the checkpoint into."""
     seed: int = 0
+    """Seed of the random initialisation."""
     untied: bool = False
-    list_families: bool = False
+    """Separate lm_head instead of tied embeddings."""
+    list_families: Annotated[bool, Flag("--list")] = False
+    """List the families and exit."""
 
 
 def _check_request(request: TinyRequest) -> None:
@@ -321,3 +326,4 @@ def _print_lines(request: TinyRequest, lines: list[str], console: Any) -> None:
 
 JOB: Job[TinyRequest, list[str]] = Job(check=_check_request, run=_run_request, render=_print_lines,
                                       to_json=lambda lines: json.dumps(lines), exit_code=always_ok)
+CLI = Cli(flags=TinyRequest, job=JOB, json=False)

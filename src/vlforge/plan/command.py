@@ -11,13 +11,43 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from vlforge.command import Job
+from pydantic import Field
+
+from vlforge.command import Cli, Job
+from vlforge.config.validate import ConfigFlags, validated
 from vlforge.errors import ExitCode
 from vlforge.plan.options import check_layout, parse_memory
 
 if TYPE_CHECKING:
     from vlforge.config.load import ResolvedConfig
     from vlforge.plan.report import PlanReport
+
+
+class PlanFlags(ConfigFlags):
+    """``vlforge plan CONFIG [key=value ...] [--gpus N] [--gpu-memory 80GB] ...``."""
+
+    gpus: int = 1
+    """GPUs (processes) per node."""
+    nodes: int = 1
+    """Nodes."""
+    gpu_memory: str | None = None
+    """Memory of one GPU, e.g. 80GB or 141GiB (default: this machine's CUDA device, else 80GB)."""
+    seq_len: int | None = Field(None, ge=1)
+    """Typical sample length in tokens (packing: samples per row; padded: the batch's length)."""
+    label_share: float = Field(0.5, ge=0.0, le=1.0)
+    """Share of tokens that are labels."""
+    visual_share: float | None = Field(None, ge=0.0, le=1.0)
+    """Share of tokens that are visual (default: one image or video at the limits per sample)."""
+
+
+def from_flags(flags: PlanFlags, as_json: bool) -> PlanRun:
+    """Sizes and process counts checked first (a typo costs no config read), then the config validated."""
+    if flags.gpu_memory is not None:
+        parse_memory(flags.gpu_memory)
+    check_layout(flags.gpus, flags.nodes)
+    return PlanRun(validated(flags.config, flags.overrides), gpus=flags.gpus, nodes=flags.nodes,
+                   gpu_memory=flags.gpu_memory, seq_len=flags.seq_len, label_share=flags.label_share,
+                   visual_share=flags.visual_share)
 
 
 @dataclass(frozen=True)
@@ -63,3 +93,4 @@ JOB: Job[PlanRun, PlanReport] = Job(
     check=check, run=plan, render=render, to_json=lambda report: json.dumps(report.to_dict(), indent=2),
     exit_code=lambda report: ExitCode.OK if report.fits else ExitCode.WARNING,
 )
+CLI = Cli(flags=PlanFlags, job=JOB, to_options=from_flags)

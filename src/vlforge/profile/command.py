@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vlforge.command import Job, always_ok
+from vlforge.command import Cli, Job, always_ok
 from vlforge.profile.options import ProfileOptions, check_trace_dir
 
 if TYPE_CHECKING:
@@ -49,3 +49,4 @@ JOB: Job[ProfileOptions, ProfileReport] = Job(
     check=check, run=run, render=render, to_json=lambda report: report.model_dump_json(indent=2),
     exit_code=always_ok,
 )
+CLI = Cli(flags=ProfileOptions, job=JOB)

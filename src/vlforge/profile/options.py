@@ -8,9 +8,11 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from pydantic import Field, field_validator
 
+from vlforge.flags import NO_FLAG, Flag
 from vlforge.models.input_checks import InputSource
 from vlforge.models.refs import dtype_name
 from vlforge.outputs import check_output_dir, check_output_file
@@ -24,21 +26,29 @@ DTYPES = ("float32", "bfloat16", "float16")
 class ProfileOptions(InputSource):
     """What ``vlforge profile`` measures; every CLI flag maps to one field."""
 
-    batch_sizes: list[int] = Field(default_factory=lambda: [1])
+    batch_sizes: Annotated[list[int], Flag(split=int)] = Field(default_factory=lambda: [1])
+    """Comma-separated batch sizes, e.g. 1,4,8."""
     dtype: str = "float32"
+    """float32, bfloat16 or float16."""
     device: str = "auto"
-    attn: list[str] = Field(default_factory=lambda: ["sdpa"])
+    """auto, cpu, cuda, cuda:1, ..."""
+    attn: Annotated[list[str], Flag(split=str)] = Field(default_factory=lambda: ["sdpa"])
+    """Comma-separated: sdpa,eager,flash_attention_2 (unavailable ones are skipped with a warning)."""
     warmup: int = Field(1, ge=0)
+    """Untimed forwards per configuration (the first counts FLOPs)."""
     repeats: int = Field(3, ge=1)
-    compare: list[str] = Field(default_factory=lambda: ["stock"])
-    """Variants to run, in order; with two or more, ratios of the first to each other are reported."""
-    trace_dir: Path | None = None
+    """Timed iterations per configuration."""
+    compare: Annotated[list[str], Flag(split=str)] = Field(default_factory=lambda: ["stock"])
+    """Variants run in one process on the same weights: stock, patched, patched-fp32; e.g. stock,patched prints
+    per-component ratios (of the first to each other)."""
+    trace_dir: Annotated[Path | None, Flag("--trace")] = None
+    """Write a torch.profiler Chrome trace per run into DIR."""
     plot: Path | None = None
-    """Also write a bar chart PNG here (needs ``vlforge[plot]``)."""
-    per_block: bool = True
-    """Tables with one row per block and layer (else a summary per component kind)."""
-    anomaly_ratio: float = Field(ANOMALY_RATIO, gt=0)
-    anomaly_min_share: float = Field(ANOMALY_MIN_SHARE, ge=0)
+    """Write a bar chart PNG (needs vlforge[plot])."""
+    per_block: Annotated[bool, Flag("--per-block/--summary")] = True
+    """One row per block and layer (else a summary per component kind)."""
+    anomaly_ratio: Annotated[float, NO_FLAG] = Field(ANOMALY_RATIO, gt=0)
+    anomaly_min_share: Annotated[float, NO_FLAG] = Field(ANOMALY_MIN_SHARE, ge=0)
 
     @field_validator("batch_sizes")
     @classmethod

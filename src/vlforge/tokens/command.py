@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
-from vlforge.command import Job, always_ok
+from vlforge.command import Cli, Job, always_ok
 from vlforge.errors import ConfigError
+from vlforge.flags import Flag
 from vlforge.options import build_options
 from vlforge.outputs import atomic_write_text, check_output_file
 from vlforge.strict import StrictModel
@@ -114,19 +115,32 @@ class AuditRequest(StrictModel):
     """``vlforge tokens audit``'s flags (lists as given: repeatable, comma-separated)."""
 
     unknown_label = "option"
-    model: Path | None = None
+    model: Annotated[Path | None, Flag("--model", "-m")] = None
+    """Checkpoint dir (safetensors), tiny:FAMILY or hub id."""
     tokenizer: Path | None = None
+    """Tokenizer directory (default: --model)."""
     tags: list[str] = Field(default_factory=list)
+    """Tags to generate, comma-separated, repeatable."""
     template: Path | None = None
+    """Chat template (jinja) file to probe."""
     model_template: bool = False
-    template_vars: list[str] = Field(default_factory=list)
+    """Probe the tokenizer's template (default when no other source is given)."""
+    template_vars: Annotated[list[str], Flag("--template-var")] = Field(default_factory=list)
+    """Template variable KEY=VALUE, e.g. enable_thinking=false (repeatable)."""
     reward_regex: str | None = None
-    fmt: str | None = None
+    """Reward regex; its literal tags must be generated."""
+    fmt: Annotated[str | None, Flag("--format")] = None
+    """Built-in format: r1 (<think>..</think><answer>..</answer>)."""
     reference_ids: list[str] = Field(default_factory=list)
-    thresholds: list[str] = Field(default_factory=list)
+    """Extra known-unused ids for the reference set."""
+    thresholds: Annotated[list[str], Flag("--threshold")] = Field(default_factory=list)
+    """Override a threshold KEY=VALUE (see docs/tokens.md; repeatable)."""
     verify: bool = False
+    """Forward-pass repeat check of the tag ids."""
     verify_dtype: str = "float32"
+    """dtype for --verify."""
     rewrite_out: Path | None = None
+    """Write the rewritten template / regex here."""
 
 
 def check_audit(request: AuditRequest) -> None:
@@ -174,15 +188,24 @@ class ScanRequest(StrictModel):
     """``vlforge tokens scan``'s flags."""
 
     unknown_label = "option"
-    model: Path
+    model: Annotated[Path, Flag("--model", "-m")]
+    """Checkpoint dir (safetensors), tiny:FAMILY or hub id."""
     tokenizer: Path | None = None
+    """Tokenizer directory (default: --model)."""
     top: int | None = None
+    """Report only the N highest-scoring flagged ids."""
     reference_ids: list[str] = Field(default_factory=list)
-    thresholds: list[str] = Field(default_factory=list)
+    """Extra known-unused ids for the reference set."""
+    thresholds: Annotated[list[str], Flag("--threshold")] = Field(default_factory=list)
+    """Override a threshold or cut KEY=VALUE (see docs/tokens.md; repeatable)."""
     verify: bool = False
+    """Repeat-prompt check of the flagged ids (causal LMs)."""
     verify_dtype: str = "float32"
+    """dtype for --verify."""
     verify_batch: int = 32
+    """Prompts per forward pass for --verify."""
     verify_max: int = 512
+    """Verify at most this many flagged ids (highest score first)."""
 
 
 def check_scan(request: ScanRequest) -> None:
@@ -229,14 +252,22 @@ class FixRequest(StrictModel):
     """``vlforge tokens fix``'s flags."""
 
     unknown_label = "option"
-    model: Path
+    model: Annotated[Path, Flag("--model", "-m")]
+    """Checkpoint directory (safetensors)."""
     out: Path
+    """New checkpoint directory (must not exist or be empty)."""
     strategy: str = "mean-of-pieces"
+    """mean-of-pieces or trained-mean."""
     ids: list[str] = Field(default_factory=list)
+    """Ids to re-initialise, comma-separated."""
     tags: list[str] = Field(default_factory=list)
+    """Re-initialise the untrained / weak ids of these tags."""
     seed: int = 0
+    """Seed of the added noise."""
     noise: float = 0.02
+    """Noise std relative to the per-element row scale."""
     trainable_rows: Path | None = None
+    """Write the changed ids (to unfreeze) as JSON."""
 
 
 def check_fix(request: FixRequest) -> None:
@@ -263,3 +294,6 @@ FIX: Job[FixRequest, Any] = Job(
     check=check_fix, run=run_fix_request, render=_print_fix,
     to_json=lambda report: report.model_dump_json(indent=1), exit_code=always_ok,
 )
+AUDIT_CLI = Cli(flags=AuditRequest, job=AUDIT)
+SCAN_CLI = Cli(flags=ScanRequest, job=SCAN)
+FIX_CLI = Cli(flags=FixRequest, job=FIX)

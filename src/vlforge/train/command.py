@@ -11,14 +11,33 @@ Example (CPU, about a minute):
 from __future__ import annotations
 
 import json
+import os
+import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from vlforge.command import Job, always_ok
+from vlforge.command import Cli, Job, always_ok
+from vlforge.config.validate import ConfigFlags, validated
+from vlforge.flags import Flag
 
 if TYPE_CHECKING:
     from vlforge.config.load import ResolvedConfig
     from vlforge.train.trainer import RunResult
+
+
+class TrainFlags(ConfigFlags):
+    """``vlforge train CONFIG [key=value ...]``."""
+
+    token_audit: Annotated[bool, Flag(negatable=True)] = True
+    """Audit the chat template's special tokens at start-up (model.token_audit)."""
+
+
+def from_flags(flags: TrainFlags, as_json: bool) -> TrainRun:
+    """The config read and validated once, before torch and the model load; a progress bar on rank 0 in a
+    terminal without ``--json``."""
+    settings = [*flags.overrides, *([] if flags.token_audit else ["model.token_audit=false"])]
+    progress = not as_json and sys.stderr.isatty() and int(os.environ.get("RANK", "0")) == 0
+    return TrainRun(validated(flags.config, settings), progress=progress)
 
 
 @dataclass(frozen=True)
@@ -66,3 +85,4 @@ JOB: Job[TrainRun, RunResult] = Job(
     check=check, run=train, render=render, to_json=lambda result: json.dumps(summary(result), indent=2),
     exit_code=always_ok,
 )
+CLI = Cli(flags=TrainFlags, job=JOB, to_options=from_flags)

@@ -23,13 +23,14 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, ClassVar
 
-from vlforge.command import Job, always_ok
+from vlforge.command import Cli, Job, always_ok
 from vlforge.errors import ConfigError
+from vlforge.flags import Arg
 from vlforge.outputs import check_output_dir, staged_dir
+from vlforge.strict import StrictModel
 from vlforge.train.checkpoint import STATE_FILE, WEIGHTS_DIR, quiet_single_process, read_state
 
 logger = logging.getLogger(__name__)
@@ -101,13 +102,16 @@ def _weights_bytes(checkpoint: Path) -> int:
     return sum(f.stat().st_size for f in weights.rglob("*") if f.is_file()) // 3 if weights.is_dir() else 0
 
 
-@dataclass(frozen=True)
-class ExportRequest:
+class ExportRequest(StrictModel):
     """``vlforge export CHECKPOINT OUT [--source MODEL]``."""
 
-    checkpoint: Path
-    out: Path
+    unknown_label: ClassVar[str] = "option"
+    checkpoint: Annotated[Path, Arg()]
+    """A checkpoint directory (OUTPUT_DIR/checkpoint-STEP)."""
+    out: Annotated[Path, Arg()]
+    """New Hugging Face directory to write."""
     source: str | None = None
+    """Source model (default: the one the run trained)."""
 
 
 def _check_request(request: ExportRequest) -> None:
@@ -126,3 +130,4 @@ JOB: Job[ExportRequest, Path] = Job(
     check=_check_request, run=lambda request: export_checkpoint(request.checkpoint, request.out, source=request.source),
     render=_print_export, to_json=lambda path: json.dumps({"export_dir": str(path)}), exit_code=always_ok,
 )
+CLI = Cli(flags=ExportRequest, job=JOB, json=False)

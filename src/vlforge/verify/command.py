@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vlforge.command import Job
+from vlforge.command import Cli, Job
 from vlforge.errors import ExitCode
 from vlforge.verify.options import VerifyOptions
 
@@ -44,3 +44,4 @@ JOB: Job[VerifyOptions, VerifyReport] = Job(
     check=check, run=run, render=render, to_json=lambda report: report.model_dump_json(indent=2),
     exit_code=lambda report: ExitCode.OK if report.passed else ExitCode.FAILED, verdict_lines=failed_checks,
 )
+CLI = Cli(flags=VerifyOptions, job=JOB)
