@@ -57,6 +57,7 @@ class NamedEntry:
     origin: str
     key: str
     entry: ResolvedEntry
+    shown: str  # the path as the config names it (relative to the working directory or its dataset YAML)
 
 
 def _entries(cfg: TrainConfig, origin: str, base: Path) -> tuple[list[NamedEntry], list[Problem]]:
@@ -98,7 +99,8 @@ def _entries(cfg: TrainConfig, origin: str, base: Path) -> tuple[list[NamedEntry
             if folder_problem:
                 problems.append(Problem(entry_origin, None, f"{where}.data_folder", folder_problem))
             if not problem and not folder_problem:
-                found.append(NamedEntry(entry_origin, path_key, resolve_entry(entry, entry_base)))
+                found.append(NamedEntry(entry_origin, path_key, resolve_entry(entry, entry_base),
+                                        str(entry_base / entry.path)))
     return found, problems
 
 
@@ -165,7 +167,7 @@ def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", lim
             source = open_source(entry.path, entry.data_type)
             total = source.records()
         except DataError as error:
-            checks.append(RecordCheck(str(entry.path), None, f"no layout: {error}", 0, 0))
+            checks.append(RecordCheck(named.shown, None, f"no layout: {error}", 0, 0))
             continue
         ledger, examples = SkipLedger(), []
         try:
@@ -184,7 +186,7 @@ def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", lim
                         examples.append(str(error))
         finally:
             source.close()
-        checks.append(RecordCheck(str(entry.path), fmt.to_dict(), fmt.describe(), total, ledger.seen,
+        checks.append(RecordCheck(named.shown, fmt.to_dict(), fmt.describe(), total, ledger.seen,
                                   dict(ledger.counts), examples))
         if not ledger.total:
             continue
