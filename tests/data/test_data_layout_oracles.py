@@ -11,7 +11,7 @@ The layouts, read from their sources:
   the SFT mix also holds text-only records without ``image``.
 * LLaVA-OneVision-Data (lmms-lab/LLaVA-OneVision-Data, its card's ``dataset_info``): parquet with ``id`` (string),
   ``image`` (``datasets`` ``Image``: a struct of ``bytes`` and ``path``, null for text), ``conversations``
-  (list of ``{from, value}``), ``data_source`` (string).
+  (list of ``{from, value}``), ``data_source`` (string); also as the Arrow IPC stream ``save_to_disk`` writes.
 * LLaMA-Factory ``data/mllm_demo.json`` and ``data/mllm_video_demo.json`` with their ``data/dataset_info.json``
   entries (``formatting: sharegpt``, ``columns``, ``tags``): ``messages`` of ``{role, content}`` with ``<image>``
   anywhere in a turn (``"What are they doing?<image>"``), ``images`` / ``videos`` lists.
@@ -125,11 +125,16 @@ def _write_layouts(root: Path) -> dict[str, tuple[dict, list[dict]]]:
                                               "conversations": [{"from": {"dtype": "string", "_type": "Value"},
                                                                  "value": {"dtype": "string", "_type": "Value"}}],
                                               "data_source": {"dtype": "string", "_type": "Value"}}))
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), root / "llava_onevision.parquet", row_group_size=2)
-    out["llava_onevision"] = ({"path": "llava_onevision.parquet"}, [
+    table = pa.Table.from_pylist(rows, schema=schema)
+    pq.write_table(table, root / "llava_onevision.parquet", row_group_size=2)
+    with pa.ipc.new_stream(root / "llava_onevision.arrow", schema) as writer:  # what datasets' save_to_disk writes
+        writer.write_table(table, max_chunksize=2)
+    onevision = [
         {"messages": [_user(("image", "ov_0.png"), "\nWhat is the dominant colour?"), _reply("None; it is noise.")]},
         {"messages": [_user("Say hi."), _reply("Hi.")]},
-        {"messages": [_user(("image", "ov_1.png"), "Describe it."), _reply("A square of noise.")]}])
+        {"messages": [_user(("image", "ov_1.png"), "Describe it."), _reply("A square of noise.")]}]
+    out["llava_onevision"] = ({"path": "llava_onevision.parquet"}, onevision)
+    out["llava_onevision_arrow"] = ({"path": "llava_onevision.arrow"}, onevision)
 
     # LLaMA-Factory mllm_demo.json / mllm_video_demo.json, read through their dataset_info.json entries
     tags = {"role_tag": "role", "content_tag": "content", "user_tag": "user", "assistant_tag": "assistant"}
@@ -211,7 +216,8 @@ def _samples(processor, root: Path, entry: dict) -> list[dict]:
     return [{k: v for k, v in batch.items() if k != "sample_ids"} for batch in batches]
 
 
-@pytest.mark.parametrize("name", ["llava_instruct", "sharegpt4v", "llava_onevision", "llama_factory_mllm_demo",
+@pytest.mark.parametrize("name", ["llava_instruct", "sharegpt4v", "llava_onevision", "llava_onevision_arrow",
+                                  "llama_factory_mllm_demo",
                                   "llama_factory_mllm_video_demo", "transformers_chat", "trl_vision"])
 def test_published_layout_gives_the_samples_of_the_messages_layout(layouts, processors, name):
     root, files = layouts
