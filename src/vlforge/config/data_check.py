@@ -166,8 +166,9 @@ def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", lim
             fmt = file_format(entry)
             source = open_source(entry.path, entry.data_type)
             total = source.records()
-        except DataError as error:
-            checks.append(RecordCheck(named.shown, None, f"no layout: {error}", 0, 0))
+        except DataError as error:  # an unreadable file (a JSON array that does not parse to its end, ...)
+            checks.append(RecordCheck(named.shown, None, f"unreadable: {error}", 0, 0))
+            problems.append(Problem(named.origin, None, named.key, str(error)))
             continue
         ledger, examples = SkipLedger(), []
         try:
