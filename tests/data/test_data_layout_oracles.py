@@ -6,6 +6,8 @@ The layouts, read from their sources:
 * LLaVA-Instruct-150K (``llava_instruct_150k.json``, haotian-liu/LLaVA ``llava/train/train.py``
   ``LazySupervisedDataset``): a JSON array of ``{"id", "image", "conversations": [{"from": "human" | "gpt",
   "value"}]}``, ``<image>`` before (``"<image>\\n..."``) or after (``"...\\n<image>"``) the first question.
+* LLaVA-NeXT's video records (``llava/train/train.py`` of LLaVA-VL/LLaVA-NeXT reads ``video`` with the
+  ``<image>`` placeholder of the text standing for it).
 * ShareGPT4V (``sharegpt4v_instruct_gpt4-vision_cap100k.json``, InternLM-XComposer ``projects/ShareGPT4V/docs/
   Data.md``): the same keys, image paths under their source's folder (``coco/train2017/...``, ``sam/images/...``);
   the SFT mix also holds text-only records without ``image``.
@@ -108,6 +110,13 @@ def _write_layouts(root: Path) -> dict[str, tuple[dict, list[dict]]]:
                             "\nAnalyze the image in a comprehensive and detailed manner."),
                       _reply("A wide strip of coloured noise.")]},
         {"messages": [_user("How many sides has a square?"), _reply("Four.")]}])
+
+    # LLaVA-NeXT's video records (LLaVA-Video-178K): a "video" key, <image> standing for it in the text
+    video_records = [{"id": "v_0", "video": "mllm_demo_data/1.mp4", "data_source": "synthetic", "conversations": [
+        {"from": "human", "value": "<image>\nWhat changes in the video?"}, {"from": "gpt", "value": "The colour."}]}]
+    (root / "llava_video_178k.json").write_text(json.dumps(video_records))
+    out["llava_video"] = ({"path": "llava_video_178k.json"}, [
+        {"messages": [_user(("video", "mllm_demo_data/1.mp4"), "\nWhat changes in the video?"), _reply("The colour.")]}])
 
     # LLaVA-OneVision-Data: parquet, image bytes in the file
     rows = [{"id": "ov-0", "image": {"bytes": (root / "ov_0.png").read_bytes(), "path": "ov_0.png"},
@@ -216,7 +225,7 @@ def _samples(processor, root: Path, entry: dict) -> list[dict]:
     return [{k: v for k, v in batch.items() if k != "sample_ids"} for batch in batches]
 
 
-@pytest.mark.parametrize("name", ["llava_instruct", "sharegpt4v", "llava_onevision", "llava_onevision_arrow",
+@pytest.mark.parametrize("name", ["llava_instruct", "sharegpt4v", "llava_video", "llava_onevision", "llava_onevision_arrow",
                                   "llama_factory_mllm_demo",
                                   "llama_factory_mllm_video_demo", "transformers_chat", "trl_vision"])
 def test_published_layout_gives_the_samples_of_the_messages_layout(layouts, processors, name):

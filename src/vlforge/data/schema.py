@@ -138,10 +138,20 @@ def _content(content: Any, i: int, fail) -> list[TextPart | MediaPart]:
 def _fill(messages: list[Message], pools: dict[str, tuple[str, list[Any]]], fail) -> None:
     """Give every media part without a reference the next item of its kind's pool; a record without any such
     part of a kind gets that kind's pool at the start of the first user turn (images before videos); other count
-    mismatches fail."""
+    mismatches fail. A record with videos and no image whose text holds ``<image>`` placeholders, one per video and
+    no ``<video>``, reads them as ``<video>`` (LLaVA-NeXT's video data)."""
+    def slots_of(kind: str) -> list[MediaPart]:
+        return [p for m in messages for p in m.parts if isinstance(p, MediaPart) and p.kind == kind and p.ref is None]
+
+    images, videos = pools["image"][1], pools["video"][1]
+    stand_ins = slots_of("image")
+    if stand_ins and not images and len(stand_ins) == len(videos) and not slots_of("video") and \
+            all(slot.options.get(_IN_TEXT) for slot in stand_ins):
+        for slot in stand_ins:  # LLaVA-NeXT's video records write <image> for their video
+            slot.kind = "video"
     front: list[MediaPart] = []
     for kind, (key, items) in pools.items():
-        slots = [p for m in messages for p in m.parts if isinstance(p, MediaPart) and p.kind == kind and p.ref is None]
+        slots = slots_of(kind)
         if not slots and items:
             if not any(m.role == "user" for m in messages):
                 fail(f"{len(items)} {kind}(s) in {key!r} but no user turn to put them in", "placeholder_mismatch")
