@@ -59,7 +59,7 @@ def _init(workdir: Path, monkeypatch: pytest.MonkeyPatch, *args: str):
 
 
 @pytest.mark.parametrize(("model", "hardware"), [
-    ("tiny:qwen2_5_vl", ["--gpu-memory", "24GB"]),
+    ("tiny:qwen3_vl", ["--gpu-memory", "24GB"]),
     ("real:qwen3_vl_2b", ["--gpu-memory", "24GB"]),      # full fine-tuning does not fit: the plan's changes do
     ("real:qwen3_vl_8b", ["--gpus", "8", "--gpu-memory", "80GB"]),
 ])
@@ -83,7 +83,7 @@ def test_the_config_validates_and_the_plan_says_it_fits(data: Path, monkeypatch:
     assert f"vlforge plan {out.name} --gpus {gpus}" in text and "# Memory:" in text
     if model == "real:qwen3_vl_2b":  # chosen by estimates, in the plan's cost order
         assert cfg["model"]["gradient_checkpointing"] is True and "# Chosen by the plan" in text
-    if model == "tiny:qwen2_5_vl":
+    if model == "tiny:qwen3_vl":
         assert cfg["model"]["gradient_checkpointing"] is False and cfg["model"]["freeze_modules"] == []
 
 

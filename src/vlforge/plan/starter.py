@@ -270,9 +270,11 @@ def render(starter: Starter, *, model: str, data: str, hardware: str, config_nam
                     + ".")
     body = ["", "data:"]
     data_section = cfg.data
-    body.append(_line("dataset_path", data_section.dataset_path, "chat `messages` records (docs/data.md)"))
     if data_section.dataset_format:
-        body.append(_line("dataset_format", data_section.dataset_format, "a dataset YAML listing data files"))
+        body.append(_line("dataset_path", data_section.dataset_path, "a dataset YAML: its files hold the records"))
+        body.append(_line("dataset_format", data_section.dataset_format))
+    else:
+        body.append(_line("dataset_path", data_section.dataset_path, "chat records (docs/data.md)"))
     body.append(_line("on_error", data_section.on_error, "a bad record stops the run naming its line; "
                                                          "`skip` counts and skips it"))
     if survey.with_images:
