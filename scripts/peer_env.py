@@ -16,6 +16,10 @@ Peers (``--peer``, default ``lmms-engine``):
   backend calls ``torchvision.io.read_video``, which torchvision 0.29 no longer has: the build records that
   backend as unavailable rather than pulling an older torch.
 
+- ``verl`` 0.9.1: verl's own reward scorers (``verl/utils/reward_score/geo3k.py``) and config YAMLs, the oracle
+  of ``tests/rl/``. Its wheel is installed ``--no-deps`` (it pins transformers < 5.11) with mathruler 0.1.0
+  (``--no-deps``) and the few pure-Python packages its grader imports (sympy, pylatexenc, tqdm).
+
 Each peer is installed from PyPI into a separate venv, never into vlforge's ``.venv``. Standard library
 only, so any Python >= 3.10 can run it.
 
@@ -27,6 +31,7 @@ the tests and the benchmarks use a peer only when that file is there.
 Example:
     python scripts/peer_env.py build          # LMMS Engine: ~5.5 GB, minutes (mostly I/O)
     python scripts/peer_env.py build --peer qwen-vl-utils
+    python scripts/peer_env.py build --peer verl  # verl's wheel --no-deps + mathruler: ~40 MB, under a minute
     python scripts/peer_env.py path           # prints the peer's python, exit 1 when not built
     python scripts/peer_env.py info --peer qwen-vl-utils   # the JSON record of the build
 """
@@ -62,6 +67,8 @@ class Peer:
     """Requirements installed one by one after the rest; one that fails is recorded, not fatal."""
     probe: str = ""
     """Python code printing a JSON object merged into the record (what loads in the venv)."""
+    no_deps: tuple[str, ...] = ()
+    """Requirements installed with ``--no-deps`` (a package whose own pins would not resolve here)."""
 
 
 # the qwen-vl-utils venv: which video backends load, and why not (one line each)
@@ -101,6 +108,16 @@ PEERS = {
                           ("qwen-vl-utils", "torch", "torchvision", "decord", "torchcodec", "numpy", "av"),
                           optional=("torchcodec",), probe=_QVU_PROBE),
 }
+# verl's own reward scorers and configs as the rl tests' oracle (tests/rl/): verl pins transformers < 5.11, so its
+# wheel goes in --no-deps with only what verl/utils/reward_score/geo3k.py imports (mathruler's grader: sympy,
+# pylatexenc, tqdm); `import verl` itself (ray, tensordict) is not needed and does not load here.
+_VERL_CHECK = ("import importlib.util, pathlib\n"
+               "root = pathlib.Path(importlib.util.find_spec('verl').submodule_search_locations[0])\n"
+               "spec = importlib.util.spec_from_file_location('geo3k', root / 'utils/reward_score/geo3k.py')\n"
+               "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+               "assert m.compute_score('<think>x</think> ' + chr(92) + 'boxed{2}', '2') == 1.0")
+PEERS["verl"] = Peer("verl", "0.9.1", "VLFORGE_VERL_PEER_DIR", ("sympy", "pylatexenc", "tqdm"), _VERL_CHECK,
+                     ("verl", "mathruler", "sympy", "pylatexenc"), no_deps=("verl==0.9.1", "mathruler==0.1.0"))
 DEFAULT_PEER = "lmms-engine"
 # the LMMS Engine peer's names, kept for the callers that import them
 PACKAGE = PEERS[DEFAULT_PEER].package
@@ -156,6 +173,8 @@ def build(root: Path, base_python: str, force: bool = False, peer: str = DEFAULT
     pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
     subprocess.run([*pip, "--upgrade", "pip"], check=True)
     subprocess.run([*pip, *spec.install], check=True)
+    if spec.no_deps:
+        subprocess.run([*pip, "--no-deps", *spec.no_deps], check=True)
     optional = {}
     for requirement in spec.optional:  # e.g. torchcodec: a wheel may not exist for this platform
         done = subprocess.run([*pip, requirement], capture_output=True, text=True)
