@@ -31,7 +31,7 @@ the tests and the benchmarks use a peer only when that file is there.
 Example:
     python scripts/peer_env.py build          # LMMS Engine: ~5.5 GB, minutes (mostly I/O)
     python scripts/peer_env.py build --peer qwen-vl-utils
-    python scripts/peer_env.py build --peer verl  # verl's wheel --no-deps + mathruler: ~40 MB, under a minute
+    python scripts/peer_env.py build --peer verl  # verl's wheel --no-deps + mathruler: ~115 MB, under a minute
     python scripts/peer_env.py path           # prints the peer's python, exit 1 when not built
     python scripts/peer_env.py info --peer qwen-vl-utils   # the JSON record of the build
 """

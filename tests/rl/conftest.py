@@ -88,9 +88,9 @@ def r1_template(tiny_checkpoint, tmp_path_factory) -> Path:
 
 def trl_reward_file(name: str) -> Path:
     """A reward function's file inside the installed TRL package (its own code, not a copy)."""
-    import trl.rewards
-
     import inspect
+
+    import trl.rewards
 
     return Path(inspect.getsourcefile(getattr(trl.rewards, name)))
 
@@ -100,8 +100,11 @@ def invoke(*argv: str):
     from typer.testing import CliRunner
 
     from vlforge.cli import app
+    from vlforge.errors import VlforgeError
 
     result = CliRunner().invoke(app, [str(a) for a in argv])
+    if isinstance(result.exception, VlforgeError):  # vlforge.cli.main prints these as one line, exit 2
+        return result.exception.exit_code, result.stdout, f"error: {result.exception}\n"
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result.exit_code, result.stdout, result.stderr

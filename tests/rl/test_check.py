@@ -146,7 +146,7 @@ def test_easyr1_config_layout(base, prompts, tmp_path) -> None:
     assert "<thinking> </thinking> tags" in (tmp_path / "fix" / "format_prompt.jinja").read_text()
     assert "<thinking>.*</thinking>" in (tmp_path / "fix" / "math.py").read_text()
     written = json.loads((tmp_path / "fix" / "rewrite.json").read_text())["files"]
-    assert sorted(Path(p).name for p in written) == ["format_prompt.jinja", "math.py"]
+    assert sorted(Path(p).name for p in written) == ["chat_template.jinja", "format_prompt.jinja", "math.py"]
 
 
 def test_openrlhf_reward_signature_is_recognised(tiny_checkpoint, r1_template, tmp_path) -> None:

@@ -148,7 +148,9 @@ def read_prompts(path: Path, *, engine: str, prompt_key: str | None = None, answ
     image_key = image_key or "images"
     template = None
     if format_prompt is not None:
-        from jinja2 import Template  # EasyR1 renders its format prompt with jinja2's Template(...).render(content=)
+        from jinja2 import (
+            Template,  # EasyR1 renders its format prompt with jinja2's Template(...).render(content=)
+        )
 
         template = Template(format_prompt.strip())
     rows = []

@@ -123,7 +123,6 @@ def resolve(request: RunRequest) -> RunSpec:
         file, function = _reward_ref(request.reward, ENGINES[name].default_function if name in ENGINES else None)
         found["reward_file"], found["reward_function"] = file, function
         sources["reward_file"] = sources["reward_function"] = "flag"
-        found.pop("format_regex", None) if request.format_regex is None else None
     elif reward_ref is not None and "format_regex" not in found:
         found["reward_file"], found["reward_function"] = resolve_module_function(
             reward_ref, [Path.cwd(), *request.reward_paths])
