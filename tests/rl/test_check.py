@@ -44,6 +44,11 @@ def test_verl_own_config_and_geo3k_scorer(base, verl_parquet, verl_site, tmp_pat
     argv = ["rl", "check", "--engine", "verl", "--config", path, "--reward-path", verl_site, "--json"]
     code, stdout, stderr = invoke(*argv)  # the config names no custom_reward_function: verl's built-in scorer
     assert code == 2 and "default_compute_score" in stderr
+    custom = {**config, "reward": {**config["reward"], "custom_reward_function": {"path": str(geo3k),
+                                                                                 "name": "compute_score"}}}
+    (tmp_path / "custom.yaml").write_text(yaml.safe_dump(custom))  # verl would call it with keywords it lacks
+    code, _, stderr = invoke("rl", "check", "--engine", "verl", "--config", tmp_path / "custom.yaml")
+    assert code == 2 and "custom.yaml:reward.custom_reward_function.path: verl calls" in stderr
     code, stdout, stderr = invoke(*argv, "--reward", f"{geo3k}:compute_score", "--rewrite-out", tmp_path / "fix")
     report = json.loads(stdout)
     assert code == 3 and report["engine"] == "verl" and report["skip_special_tokens"] is True

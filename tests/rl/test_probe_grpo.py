@@ -32,12 +32,13 @@ def test_probe_dead_then_spread_after_the_rewrite(base, prompts, rewritten_trl) 
     assert all(r == 0.0 for g in dead["groups"] for r in g["rewards"]) and len(dead["groups"]) == 4
     assert [t["as_ids"] for t in dead["tags"]] == [0, 0] and "error: no group" in stderr
     fixed = f"{rewritten_trl[2] / 'format_rewards.py'}:think_format_reward"
-    runs = [invoke("rl", "probe", "--model", base, "--prompts", prompts, "--reward", fixed, *PROBE, "--json")
-            for _ in range(2)]
-    alive = json.loads(runs[0][1])
-    assert runs[0][0] in (0, 1) and alive["verdict"] != "dead" and alive["zero_spread_share"] < 1.0
+    code, stdout, _ = invoke("rl", "probe", "--model", base, "--prompts", prompts, "--reward", fixed, *PROBE, "--json")
+    alive = json.loads(stdout)
+    assert code in (0, 1) and alive["verdict"] != "dead" and alive["zero_spread_share"] < 1.0
     assert alive["format_hit_rate"] > 0 and alive["tags"][0]["as_pieces"] > 0
-    assert [g["rewards"] for g in alive["groups"]] == [g["rewards"] for g in json.loads(runs[1][1])["groups"]]
+    _, again, _ = invoke("rl", "probe", "--model", base, "--prompts", prompts, "--reward", fixed, *PROBE[:2],
+                         "--max-prompts", "2", *PROBE[4:], "--json")  # the same seed: the same first two groups
+    assert [g["rewards"] for g in json.loads(again)["groups"]] == [g["rewards"] for g in alive["groups"][:2]]
 
 
 def test_probe_with_verls_own_geo3k(base, verl_parquet, verl_site, tmp_path) -> None:
@@ -113,3 +114,29 @@ def test_no_trl_or_torch_import_until_used() -> None:
             "print(sorted(m for m in ('trl', 'torch', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+
+
+def test_probe_reads_image_prompts_as_verl_does(tiny_checkpoint, tmp_path) -> None:
+    """A verl row with an image (bytes) and ``<image>`` in its text goes through the model's processor."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    png = io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 30, 30)).save(png, format="PNG")
+    rows = [{"data_source": "hiyouga/geometry3k", "images": [{"bytes": png.getvalue(), "path": None}],
+             "prompt": [{"role": "user", "content": "<image>What colour is this?"}],
+             "reward_model": {"style": "rule", "ground_truth": "red"}}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "img.parquet")
+    from vlforge.rl.prompts import read_prompts
+
+    row = read_prompts(tmp_path / "img.parquet", engine="verl")[0]
+    assert row.messages[0]["content"] == [{"type": "image"}, {"type": "text", "text": "What colour is this?"}]
+    assert row.answer == "red" and len(row.images) == 1
+    code, stdout, _ = invoke("rl", "probe", "--engine", "verl", "--model", tiny_checkpoint("qwen3_vl"), "--prompts",
+                             tmp_path / "img.parquet", "--format-regex", "<think>", "--samples", "2",
+                             "--max-new-tokens", "4", "--json")
+    report = json.loads(stdout)
+    assert code == 3 and report["prompts"] == 1 and len(report["groups"][0]["rewards"]) == 2

@@ -79,6 +79,25 @@ class CheckReport(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+_TOKENIZERS: dict = {}
+
+
+def read_tokenizer_once(path: Path) -> Any:
+    """The tokenizer of ``path``, read once per process while its files are unchanged (a Qwen vocabulary takes
+    seconds to parse; the check only reads it)."""
+    from vlforge.vocab.tokenizer import load_tokenizer
+
+    files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in Path(path).iterdir()
+                         if f.is_file() and f.name.startswith(("tokenizer", "vocab", "merges", "special", "added",
+                                                                "chat_template"))))
+    key = (str(Path(path).resolve()), files)
+    if key not in _TOKENIZERS:
+        while len(_TOKENIZERS) >= 4:
+            _TOKENIZERS.pop(next(iter(_TOKENIZERS)))
+        _TOKENIZERS[key] = load_tokenizer(path)
+    return _TOKENIZERS[key]
+
+
 def required_tags(spec: RunSpec, patterns: list[str], added: list[str]) -> list[str]:
     """Tags every match of the reward's regexes contains, in order."""
     from vlforge.rl.rewards import pattern_literals
@@ -113,12 +132,12 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
     from vlforge.models import resolve
     from vlforge.vocab.audit import AuditOptions, run_audit
     from vlforge.vocab.templates import probe_template
-    from vlforge.vocab.tokenizer import added_tokens, encode_tag, load_tokenizer
+    from vlforge.vocab.tokenizer import added_tokens, encode_tag
 
     record = engine(spec.engine)
     model_dir = resolve(spec.model)
     tok_dir = spec.tokenizer or model_dir
-    tok = load_tokenizer(tok_dir)
+    tok = read_tokenizer_once(Path(tok_dir))
     added = [content for content, _special in added_tokens(tok).values()]
     reward, patterns = reward_patterns(spec)
     tags = required_tags(spec, patterns, added)
@@ -130,7 +149,7 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
 
     audit = run_audit(AuditOptions(
         model=model_dir, tokenizer=spec.tokenizer, tags=tags, template_text=template_text,
-        template_vars=spec.template_vars))
+        template_vars=spec.template_vars), tok=tok)
     by_tag = {f.tag: f for f in audit.findings}
     reports: list[TagReport] = []
     for tag in tags:

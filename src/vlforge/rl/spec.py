@@ -174,6 +174,11 @@ def resolve(request: RunRequest) -> RunSpec:
         from vlforge.rl.prompts import PROMPT_KEYS, check_prompts_file
 
         check_prompts_file(Path(found["prompts"]), found.get("prompt_key") or PROMPT_KEYS[name])
+    if (info is not None and name == "verl" and sources.get("reward_file", "flag") != "flag"
+            and not (info.var_keyword or "solution_str" in info.params)):
+        raise ConfigError(f"{sources['reward_file']}: verl calls a custom_reward_function as {info.function}("
+                          f"data_source=, solution_str=, ground_truth=, extra_info=); {info.function}"
+                          f"({', '.join(info.params)}) cannot take them")
     if info is not None and name == "trl" and info.signature not in (None, "trl"):
         raise ConfigError(f"--reward {info.file}:{info.function}: its parameters ({', '.join(info.params)}) are "
                           f"{info.signature}'s signature, not trl's; pass --engine {info.signature}")

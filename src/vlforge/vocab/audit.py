@@ -223,15 +223,16 @@ def _effective(report: IdReport) -> str:
     return report.verdict
 
 
-def run_audit(opts: AuditOptions) -> AuditReport:
-    """Run the tokenizer audit, the weights audit (when weights exist), suggestions and rewrites."""
+def run_audit(opts: AuditOptions, *, tok: Any = None) -> AuditReport:
+    """Run the tokenizer audit, the weights audit (when weights exist), suggestions and rewrites (``tok``: the
+    tokenizer of ``opts.tokenizer or opts.model`` when the caller has already read it)."""
     if opts.model is None and opts.tokenizer is None:
         raise ConfigError("give --model (a checkpoint directory) or --tokenizer")
     if not (opts.tags or opts.template or opts.template_text is not None or opts.model_template
             or opts.reward_regex is not None or opts.format):
         opts = opts.model_copy(update={"model_template": True})
     tok_path = opts.tokenizer or opts.model
-    tok = load_tokenizer(tok_path)
+    tok = tok if tok is not None else load_tokenizer(tok_path)
     added_map = added_tokens(tok)
     added = [content for content, _special in added_map.values()]
     uses, template_text = _collect(tok, opts, added)

@@ -100,6 +100,7 @@ def reference_candidates(tok, template: str | None = None) -> dict[str, list[int
 
 
 _RECENT: dict = {}
+_RECENT_MAX = 8
 """The last scores of this process, keyed by the weight files (path, size, mtime), the tokenizer and the options:
 one process that audits the same checkpoint again (``vlforge rl check`` of a rewritten reward) reuses them."""
 
@@ -123,7 +124,8 @@ def detect_for(tok, emb, *, user_reference_ids: list[int] | None = None, thresho
     stats = _detect_for(tok, emb, user_reference_ids=user_reference_ids, thresholds=thresholds,
                         chunk_rows=chunk_rows, template=template)
     if key is not None:
-        _RECENT.clear()  # one entry: the weights' scores can be large
+        while len(_RECENT) >= _RECENT_MAX:  # a few entries: the weights' scores hold arrays over every row
+            _RECENT.pop(next(iter(_RECENT)))
         _RECENT[key] = stats
     return stats
 
