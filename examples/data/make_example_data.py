@@ -6,7 +6,7 @@ Run (CPU, < 2 s):
 
 Outputs: ``images/*.png`` (shapes on coloured backgrounds, 96x64), ``videos/moving_square.mp4``
 (16 frames, 64x48, 8 fps, mpeg4), ``train.jsonl`` (chat "messages" records with text, image and video
-content), ``dataset.yaml`` (the LMMS Engine style list ``{path, data_folder, data_type}``) and
+content), ``llava.json`` (image and text chats in the LLaVA layout), ``dataset.yaml`` (the LMMS Engine style list ``{path, data_folder, data_type}``) and
 ``data.yaml`` (a data config using it).
 Deterministic: the same files every run.
 """
@@ -82,6 +82,18 @@ def records(images: list[tuple[str, str, str, str]]) -> list[dict]:
     return out
 
 
+def llava_records(images: list[tuple[str, str, str, str]]) -> list[dict]:
+    """The image chats of :func:`records` and one text chat in the LLaVA / ShareGPT layout (``conversations`` of
+    ``{from, value}``, the image named in ``image``, ``<image>`` where it goes)."""
+    out = [{"id": f"{i:04d}", "image": f"images/{name}", "conversations": [
+        {"from": "human", "value": "<image>\nWhat is in this picture?"},
+        {"from": "gpt", "value": f"A {fg} {shape} on a {bg} background."}]}
+        for i, (name, shape, fg, bg) in enumerate(images)]
+    out.append({"id": f"{len(images):04d}", "conversations": [
+        {"from": "human", "value": "How many sides does a triangle have?"}, {"from": "gpt", "value": "Three."}]})
+    return out
+
+
 def main(out: Path) -> None:
     (out / "images").mkdir(parents=True, exist_ok=True)
     (out / "videos").mkdir(parents=True, exist_ok=True)
@@ -93,6 +105,7 @@ def main(out: Path) -> None:
     with open(out / "train.jsonl", "w") as fh:
         for rec in records(plan):
             fh.write(json.dumps(rec) + "\n")
+    (out / "llava.json").write_text(json.dumps(llava_records(plan), indent=1) + "\n")
     (out / "dataset.yaml").write_text(
         "# Dataset mixture for vlforge (LMMS Engine layout, plus optional weight / max_samples).\n"
         "datasets:\n"

@@ -72,6 +72,8 @@ COMMANDS: dict[str, Entry | Group] = {
                    "OUTPUT_DIR/final.", "vlforge.train.command:CLI"),
     "plan": Entry("Estimate peak memory per rank of a training config (meta device, no weights) and what makes it "
                   "fit; exit 1 when it does not fit.", "vlforge.plan.command:CLI"),
+    "init": Entry("Write a commented starter training config for a model and a dataset, sized by the memory plan to "
+                  "fit the stated GPUs; exit 1 when nothing fits.", "vlforge.plan.init_command:CLI"),
     "export": Entry("Write a training checkpoint as a Hugging Face directory (safetensors + config + processor "
                     "files).", "vlforge.train.export:CLI"),
     "doctor": Entry("Diagnose this machine (and a model): facts, rules, measurement, fixes. Exit 0 ok, 1 warnings, "

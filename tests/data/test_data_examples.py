@@ -45,3 +45,12 @@ def test_shipped_data_config_validates_and_runs(tokenizer):
     assert stream.report()["skipped_total"] == 0 and len(batches) == 1
     # 2 s at fps 2 -> 4 frames; 48x64 -> 56x56 (factor 28; the floor drops below the 50176 ceiling)
     assert batches[0]["video_grid_thw"].tolist() == [[2, 4, 4]]
+
+
+def test_example_llava_file_streams_cleanly(make_processor):
+    cfg = DataConfig(datasets=[{"path": "llava.json"}])
+    stream = DataStream(cfg, make_processor("qwen3_vl", max_pixels=96 * 64), base_dir=EXAMPLES)
+    batches = list(stream)
+    assert stream.report()["skipped_total"] == 0 and len(batches) == 5
+    assert [int(b["image_grid_thw"].shape[0]) if "image_grid_thw" in b else 0 for b in batches] == [1, 1, 1, 1, 0]
+    assert stream.formats[0].describe() == "sharegpt: conversations of {from, value} (detected from item 1)"

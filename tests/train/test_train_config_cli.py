@@ -20,7 +20,8 @@ def _placeholder_data(tmp_path) -> str:
     import pyarrow.parquet as pq
 
     data = tmp_path / "dataset.parquet"
-    pq.write_table(pa.Table.from_pylist([{"messages": "[]"}]), data)
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]
+    pq.write_table(pa.Table.from_pylist([{"messages": json.dumps(chat)}]), data)  # a file of chats, as validate reads
     return f"data.datasets.0.path={data}"
 
 

@@ -42,6 +42,8 @@ def _with(**sections) -> dict:
     ({"data": {"datasets": [{"path": "a.jsonl"}]}}, "not both"),
     ({"data": {"dataset_path": None, "datasets": []}}, "the dataset list is empty"),
     ({"data": {"dataset_path": "data.txt"}}, "cannot tell the format"),
+    ({"data": {"dataset_path": "rows.json", "dataset_format": "yaml"}}, "set data.dataset_format=json"),
+    ({"data": {"dataset_path": "list.yaml", "dataset_format": "jsonl"}}, "set data.dataset_format=yaml"),
     ({"data": {"dataset_path": None, "datasets": [{"path": "a.csv"}]}}, "set data_type"),
     ({"processor": {"min_pixels": 10, "max_pixels": 5}}, "above max_pixels"),
     ({"video": {"video_min_frames": 10, "video_max_frames": 5}}, "above video_max_frames"),

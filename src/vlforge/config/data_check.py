@@ -1,8 +1,13 @@
-"""Before anything loads: does every data file and media folder a training config names exist?
+"""Before anything loads: does every data file and media folder a training config names exist, and do its records
+read as chat records?
 
 ``vlforge validate`` reports these as problems (exit 2) and ``vlforge train`` stops on them before the
 model loads, instead of failing at the first batch. Paths are resolved as the data pipeline resolves
-them: relative to the working directory, entries of a dataset YAML relative to that YAML.
+them: relative to the working directory, entries of a dataset YAML relative to that YAML. Each file's record
+layout is decided here as the pipeline decides it (:func:`vlforge.data.layouts.file_format`); a file with no chat
+record at its start is a problem. ``vlforge validate`` also reads the first :data:`CHECK_RECORDS` records of every
+file (:func:`record_checks`): their layout and their media references (files that exist, no remote URL, no
+escape from ``data_folder``; nothing is decoded), counted per reason as training counts skipped samples.
 
 Example:
     >>> from vlforge.config.schema import TrainConfig
@@ -14,11 +19,19 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vlforge.config.problems import Problem
 from vlforge.config.schema import TrainConfig
-from vlforge.errors import ConfigError
+from vlforge.data.config import ResolvedEntry
+from vlforge.errors import ConfigError, DataError
+
+CHECK_RECORDS = 1000
+"""Records ``vlforge validate`` reads from the start of each data file."""
+SHOWN_FAILURES = 5
+"""Failing records ``vlforge validate`` shows per data file."""
 
 
 def path_problem(path: Path, kind: str) -> str | None:
@@ -37,13 +50,24 @@ def path_problem(path: Path, kind: str) -> str | None:
     return None
 
 
-def data_file_problems(cfg: TrainConfig, origin: str, base_dir: str | Path = ".") -> list[Problem]:
-    """One :class:`Problem` per missing or mistyped data file, dataset YAML or media folder of ``cfg``."""
+@dataclass(frozen=True)
+class NamedEntry:
+    """A data file of the config that exists, and where the config names it (for problems)."""
+
+    origin: str
+    key: str
+    entry: ResolvedEntry
+    shown: str  # the path as the config names it (relative to the working directory or its dataset YAML)
+
+
+def _entries(cfg: TrainConfig, origin: str, base: Path) -> tuple[list[NamedEntry], list[Problem]]:
+    """Every data file the config names (training and eval sets) whose file and media folder exist, and one
+    :class:`Problem` per missing or mistyped data file, dataset YAML or media folder."""
     from vlforge.config.data import data_config
-    from vlforge.data.config import read_dataset_yaml
+    from vlforge.data.config import DatasetEntry, read_dataset_yaml, resolve_entry
 
     problems: list[Problem] = []
-    base = Path(base_dir)
+    found: list[NamedEntry] = []
     sets = [("data", data_config(cfg))]
     if cfg.data.eval_dataset_path is not None:
         sets.append(("eval", data_config(cfg, eval_set=True)))
@@ -57,7 +81,7 @@ def data_file_problems(cfg: TrainConfig, origin: str, base_dir: str | Path = "."
                 problems.append(Problem(origin, None, key, problem))
                 continue
             try:
-                entries = [entry.model_dump() for entry in read_dataset_yaml(yaml_path)]
+                entries = read_dataset_yaml(yaml_path)
             except ConfigError as error:
                 problems.append(Problem(origin, None, key, str(error)))
                 continue
@@ -65,14 +89,115 @@ def data_file_problems(cfg: TrainConfig, origin: str, base_dir: str | Path = "."
         elif which == "eval" or cfg.data.datasets is None:  # a single data file given as dataset_path
             entry_key = key
         for index, raw in enumerate(entries):
-            entry = raw if isinstance(raw, dict) else raw.model_dump()
+            entry = raw if isinstance(raw, DatasetEntry) else DatasetEntry.model_validate(raw)
             where = entry_key if entry_key == key else f"{entry_key}.{index}"
-            path = entry_base / entry["path"]
-            problem = path_problem(path, "file")
+            path_key = where if where == key else f"{where}.path"
+            problem = path_problem(entry_base / entry.path, "file")
             if problem:
-                problems.append(Problem(entry_origin, None, where if where == key else f"{where}.path", problem))
-            if entry.get("data_folder"):
-                problem = path_problem(entry_base / entry["data_folder"], "folder")
-                if problem:
-                    problems.append(Problem(entry_origin, None, f"{where}.data_folder", problem))
+                problems.append(Problem(entry_origin, None, path_key, problem))
+            folder_problem = path_problem(entry_base / entry.data_folder, "folder") if entry.data_folder else None
+            if folder_problem:
+                problems.append(Problem(entry_origin, None, f"{where}.data_folder", folder_problem))
+            if not problem and not folder_problem:
+                found.append(NamedEntry(entry_origin, path_key, resolve_entry(entry, entry_base),
+                                        str(entry_base / entry.path)))
+    return found, problems
+
+
+def data_file_problems(cfg: TrainConfig, origin: str, base_dir: str | Path = ".") -> list[Problem]:
+    """One :class:`Problem` per missing or mistyped data file, dataset YAML or media folder of ``cfg``, and per
+    data file whose start holds no chat record in its layout (the record and what was expected)."""
+    from vlforge.data.layouts import file_format
+
+    found, problems = _entries(cfg, origin, Path(base_dir))
+    for named in found:
+        try:
+            file_format(named.entry)
+        except DataError as error:
+            problems.append(Problem(named.origin, None, named.key, str(error)))
     return problems
+
+
+@dataclass
+class RecordCheck:
+    """The first records of one data file as ``vlforge validate`` read them."""
+
+    path: str
+    layout: dict[str, Any] | None  # RecordFormat.to_dict(), None when the file's layout cannot be decided
+    describe: str
+    records: int  # in the file (metadata or a byte scan)
+    read: int
+    skipped: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)  # the first failing records, ``FILE:line N: reason: detail``
+
+    @property
+    def failed(self) -> int:
+        return sum(self.skipped.values())
+
+    def line(self) -> str:
+        """``PATH: LAYOUT; READ of N records read, F fail``."""
+        fails = f", {self.failed} fail ({', '.join(f'{k}={v}' for k, v in sorted(self.skipped.items()))})" \
+            if self.failed else ", none fails"
+        return f"{self.path}: {self.describe}; {self.read} of {self.records} records read{fails}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "layout": self.layout, "records": self.records, "read": self.read,
+                "failed": self.failed, "skipped": dict(sorted(self.skipped.items())), "examples": list(self.examples)}
+
+
+def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", limit: int = CHECK_RECORDS
+                  ) -> tuple[list[RecordCheck], list[Problem]]:
+    """Read the first ``limit`` records of every data file as training reads them (layout, turns, media references;
+    nothing decoded). Problems: a failing record when ``data.on_error`` is ``raise`` (training would stop at it), or
+    more failing records than ``data.max_skip_fraction`` allows when it is ``skip``."""
+    from vlforge.data.errors import SampleError, SkipLedger, limit_error, over_limit
+    from vlforge.data.layouts import file_format
+    from vlforge.data.media import resolve_media
+    from vlforge.data.schema import parse_conversation
+    from vlforge.data.sources import open_source
+
+    found, _ = _entries(cfg, origin, Path(base_dir))
+    checks: list[RecordCheck] = []
+    problems: list[Problem] = []
+    escape = cfg.data.allow_path_escape
+    for named in found:
+        entry = named.entry
+        try:
+            fmt = file_format(entry)
+            source = open_source(entry.path, entry.data_type)
+            total = source.records()
+        except DataError as error:  # an unreadable file (a JSON array that does not parse to its end, ...)
+            checks.append(RecordCheck(named.shown, None, f"unreadable: {error}", 0, 0))
+            problems.append(Problem(named.origin, None, named.key, str(error)))
+            continue
+        ledger, examples = SkipLedger(), []
+        try:
+            for raw in source.head(limit):
+                ledger.seen += 1
+                try:
+                    if raw.error is not None:
+                        raise raw.error
+                    conv = parse_conversation(raw.record, raw.source, raw.location, fmt)
+                    for part in conv.media:
+                        resolve_media(part.ref, entry.data_folder, source=raw.source, location=raw.location,
+                                      allow_path_escape=escape)
+                except SampleError as error:
+                    ledger.record(error)
+                    if len(examples) < SHOWN_FAILURES:
+                        examples.append(str(error))
+        finally:
+            source.close()
+        checks.append(RecordCheck(named.shown, fmt.to_dict(), fmt.describe(), total, ledger.seen,
+                                  dict(ledger.counts), examples))
+        if not ledger.total:
+            continue
+        if cfg.data.on_error == "raise":
+            problems.append(Problem(named.origin, None, named.key, f"{examples[0]} (data.on_error: raise stops "
+                                    f"training at the first such record; {ledger.total} of the first {ledger.seen} "
+                                    "fail)"))
+        elif over_limit(ledger.seen, ledger.total, cfg.data.max_skip_fraction, final=True):
+            error = limit_error(ledger, cfg.data.max_skip_fraction, what=f"the first {ledger.seen} records",
+                                key="data.max_skip_fraction", report=None)
+            problems.append(Problem(named.origin, None, named.key, str(error)))
+    return checks, problems
+

@@ -198,7 +198,8 @@ KEY_TABLE: tuple[KeyMap, ...] = (
            "`max_steps` is optional); `qwen3_vl_iterable` -> true (needs `max_steps`, as in the guide); others "
            "are errors", _dataset_type),
     KeyMap("dataset_config.dataset_format", "data.dataset_format", "`csv`, `hf_dataset` are errors"),
-    KeyMap("dataset_config.datasets", "data.datasets", "entries may add `weight` and `max_samples`"),
+    KeyMap("dataset_config.datasets", "data.datasets", "entries may add `weight`, `max_samples` and the record "
+           "layout keys `layout`, `columns`, `tags`"),
     KeyMap("dataset_config.dataset_path", "data.dataset_path"),
     KeyMap("dataset_config.shuffle", "data.shuffle",
            "LMMS Engine permutes all records in memory with `data_seed`; vlforge streams them in per-epoch permuted "

@@ -69,6 +69,17 @@ class DataSection(SourceFields):
                 "dataset_format",
                 f"dataset_format {self.dataset_format!r} does not fit an inline datasets list (use yaml or omit it)",
             )
+        if self.dataset_path is not None and self.dataset_format is not None:
+            suffix = PurePath(self.dataset_path).suffix.lower()
+            listing = self.dataset_format == "yaml"
+            if (listing and suffix in DATA_SUFFIXES) or (not listing and suffix in DATASET_LIST_SUFFIXES):
+                what = "a dataset YAML listing data files" if listing else f"a {self.dataset_format} data file"
+                right = DATA_SUFFIXES.get(suffix, "yaml")
+                raise field_error(
+                    "dataset_format",
+                    f"dataset_format {self.dataset_format!r} reads {self.dataset_path!r} as {what}, but its suffix "
+                    f"says {right}: set data.dataset_format={right} (or null: from the suffix)",
+                )
         if self.dataset_path is not None and self.dataset_format is None:
             suffix = PurePath(self.dataset_path).suffix.lower()
             if suffix not in DATA_SUFFIXES and suffix not in DATASET_LIST_SUFFIXES:

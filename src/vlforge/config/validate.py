@@ -19,6 +19,7 @@ from typing import Annotated, Any, ClassVar
 from pydantic import Field
 
 from vlforge.command import Cli, Job
+from vlforge.config.data_check import CHECK_RECORDS, RecordCheck
 from vlforge.config.load import ResolvedConfig, dump_problems, resolve_config
 from vlforge.config.problems import ConfigValidationError, Problem
 from vlforge.errors import ExitCode
@@ -33,6 +34,8 @@ class ValidateReport:
     file: str
     resolved: ResolvedConfig | None = None
     problems: list[Problem] = field(default_factory=list)
+    datasets: list[RecordCheck] = field(default_factory=list)
+    """The first records of each data file as read (``records``: their layout, how many, which fail)."""
 
     @property
     def ok(self) -> bool:
@@ -46,29 +49,42 @@ class ValidateReport:
         """The resolved native config as YAML, preceded by comments with the layout and every warning."""
         assert self.resolved is not None
         head = [f"# {self.file}: valid ({self.resolved.layout} layout); resolved vlforge config:"]
+        head += self.data_lines()
         head += [f"# warning: {warning}" for warning in self.resolved.warnings]
         return "\n".join(head) + "\n" + self.resolved.config.to_yaml()
 
+    def data_lines(self) -> list[str]:
+        """``# data: PATH: LAYOUT; N of M records read, F fail`` per data file, and its first failing records."""
+        lines = []
+        for check in self.datasets:
+            lines.append(f"# data: {check.line()}")
+            lines += [f"#   {example}" for example in check.examples]
+        return lines
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``ok``, ``file``, and ``layout``/``warnings``/``config`` or ``errors``."""
+        """JSON-ready: ``ok``, ``file``, ``datasets``, and ``layout``/``warnings``/``config`` or ``errors``."""
+        datasets = [check.to_dict() for check in self.datasets]
         if self.resolved is None:
-            return {"ok": False, "file": self.file, "errors": dump_problems(self.problems)}
+            return {"ok": False, "file": self.file, "errors": dump_problems(self.problems), "datasets": datasets}
         return {
             "ok": True,
             "file": self.file,
             "layout": self.resolved.layout,
             "warnings": list(self.resolved.warnings),
+            "datasets": datasets,
             "config": self.resolved.config.model_dump(mode="json"),
         }
 
 
-def check(path: str | Path, overrides: Iterable[str] = (), *, model: bool = True) -> ValidateReport:
+def check(path: str | Path, overrides: Iterable[str] = (), *, model: bool = True, records: int = 0) -> ValidateReport:
     """Validate ``path`` with ``overrides``; never raises for a bad config (the report holds the problems).
 
     Settings ``vlforge train`` refuses on this machine (``model.lora`` without peft, ``training.fp16``)
     are problems here too, with train's message, so validate and train agree; so is a model reference train
     cannot resolve (an unknown ``tiny:``/``real:`` preset, a missing local checkpoint), and every data file,
-    dataset YAML or media folder that does not exist (relative to the working directory).
+    dataset YAML or media folder that does not exist (relative to the working directory), and every data file
+    whose start holds no chat record. With ``records`` the first that many records of each data file are read as
+    training reads them (``datasets`` of the report); failing ones are problems as training would meet them.
     """
     try:
         resolved = resolve_config(path, overrides)
@@ -87,12 +103,15 @@ def check(path: str | Path, overrides: Iterable[str] = (), *, model: bool = True
     except (ConfigError, ModelLoadError) as error:
         return ValidateReport(str(path), problems=[Problem(resolved.origin, None, "model.load_from_pretrained_path",
                                                            str(error))])
-    from vlforge.config.data_check import data_file_problems
+    from vlforge.config.data_check import data_file_problems, record_checks
 
     problems = data_file_problems(resolved.config, resolved.origin)
+    datasets: list[RecordCheck] = []
+    if records and not problems:
+        datasets, problems = record_checks(resolved.config, resolved.origin, limit=records)
     if problems:
-        return ValidateReport(str(path), problems=problems)
-    return ValidateReport(str(path), resolved=resolved)
+        return ValidateReport(str(path), problems=problems, datasets=datasets)
+    return ValidateReport(str(path), resolved=resolved, datasets=datasets)
 
 
 class ConfigFlags(StrictModel):
@@ -117,17 +136,21 @@ def validated(config: Path, overrides: Iterable[str]) -> ResolvedConfig:
 
 
 def _render(run: ConfigFlags, report: ValidateReport, console: Any) -> None:
-    """The resolved YAML on stdout (written as it is: no markup), or one ``error:`` line per problem on stderr."""
+    """The resolved YAML on stdout (written as it is: no markup), or one ``error:`` line per problem on stderr
+    (after what was read of each data file)."""
     if report.ok:
         console.file.write(report.to_yaml_text())
         console.file.flush()
         return
+    for line in report.data_lines():
+        sys.stderr.write(f"{line.removeprefix('# ')}\n")
     for line in report.error_lines():
         sys.stderr.write(f"error: {line}\n")
 
 
 JOB: Job[ConfigFlags, ValidateReport] = Job(
-    check=lambda run: None, run=lambda run: check(run.config, tuple(run.overrides)), render=_render,
+    check=lambda run: None, run=lambda run: check(run.config, tuple(run.overrides), records=CHECK_RECORDS),
+    render=_render,
     to_json=lambda report: json.dumps(report.to_dict(), indent=2),
     exit_code=lambda report: ExitCode.OK if report.ok else ExitCode.BAD_INPUT,
 )

@@ -20,6 +20,8 @@ _EXPORTS = {
     "REASONS": "vlforge.data.errors",
     "SampleError": "vlforge.data.errors",
     "SkipLedger": "vlforge.data.errors",
+    "RecordFormat": "vlforge.data.layouts",
+    "file_format": "vlforge.data.layouts",
     "ResumableLoader": "vlforge.data.loader",
     "StreamingDataset": "vlforge.data.loader",
     "Mixture": "vlforge.data.mixture",
@@ -49,10 +51,10 @@ lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "IGNORE_INDEX", "REASONS", "Binner", "Conversation", "DataConfig", "DataStream", "DatasetEntry",
-    "LengthGrouper", "Mixture", "PackingStats", "ProcessedSample", "QwenVLProcessor", "ResumableLoader",
+    "LengthGrouper", "Mixture", "PackingStats", "ProcessedSample", "QwenVLProcessor", "RecordFormat", "ResumableLoader",
     "SampleError", "SkipLedger", "StreamingDataset", "VisionSettings", "build_processor", "collate_packed",
     "collate_padded",
-    "decode_video", "frame_timestamps", "load_config", "mrope_position_ids", "open_source",
+    "decode_video", "file_format", "frame_timestamps", "load_config", "mrope_position_ids", "open_source",
     "parse_conversation", "process_images", "process_video_frames", "read_dataset_yaml", "resolve_entries",
     "sample_frame_indices", "video_frame_size",
 ]

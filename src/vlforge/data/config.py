@@ -8,7 +8,9 @@ knobs. Defaults are the training config's (LMMS Engine's where LMMS Engine has t
 (:func:`load_config`) and ``vlforge train`` read the same data the same way.
 
 A dataset YAML is a list of entries ``{path, data_folder, data_type}`` (or a mapping with a
-``datasets:`` list) plus optional ``weight`` (sampling ratio in the mixture) and ``max_samples``.
+``datasets:`` list) plus optional ``weight`` (sampling ratio in the mixture), ``max_samples`` and the record
+layout: ``layout`` (``auto``, ``messages``, ``sharegpt``), ``columns`` and ``tags`` (record keys and role names,
+as LLaMA-Factory's ``dataset_info.json`` names them; :mod:`vlforge.data.layouts`).
 Relative ``path`` / ``data_folder`` resolve against the YAML's directory; an empty ``data_folder``
 means the dataset file's own directory.
 
@@ -20,7 +22,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Literal
 
@@ -51,11 +53,59 @@ def infer_data_type(path: str | Path) -> str:
     return kind
 
 
+LayoutName = Literal["auto", "messages", "sharegpt"]
+"""Record layouts a dataset entry may name (docs/data.md, "Record layouts")."""
+
+
+class RecordColumns(StrictModel):
+    """Which keys of a record hold the turns, the media and a system prompt (LLaMA-Factory's ``columns``)."""
+
+    messages: str | None = Field(default=None, min_length=1)
+    """Key of the list of turns; null: the first of ``messages``, ``conversations``, ``conversation`` in the file's
+    first chat record."""
+    images: str | None = Field(default=None, min_length=1)
+    """Key of the images that ``<image>`` placeholders take (a path, bytes, an ``{bytes, path}`` struct or a list);
+    null: ``images``, else ``image``, in each record."""
+    videos: str | None = Field(default=None, min_length=1)
+    """Key of the videos that ``<video>`` placeholders take; null: ``videos``, else ``video``, in each record."""
+    system: str | None = Field(default=None, min_length=1)
+    """Key of a system prompt (a string) put before the turns when they have no system turn; null: none."""
+
+
+class RoleTags(StrictModel):
+    """The keys of a turn and the names of its roles (LLaMA-Factory's ``tags``)."""
+
+    role_tag: str | None = Field(default=None, min_length=1)
+    """Key of a turn's role; null: ``role`` (layout ``messages``) or ``from`` (``sharegpt``). Give it with
+    ``content_tag``."""
+    content_tag: str | None = Field(default=None, min_length=1)
+    """Key of a turn's content; null: ``content`` (layout ``messages``) or ``value`` (``sharegpt``)."""
+    user_tag: str | None = Field(default=None, min_length=1)
+    """The one role name of user turns; null accepts ``user`` and ``human``."""
+    assistant_tag: str | None = Field(default=None, min_length=1)
+    """The one role name of assistant turns; null accepts ``assistant``, ``gpt`` and ``model``."""
+    system_tag: str | None = Field(default=None, min_length=1)
+    """The one role name of system turns; null accepts ``system``."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RoleTags:
+        if (self.role_tag is None) != (self.content_tag is None):
+            missing = "content_tag" if self.content_tag is None else "role_tag"
+            raise field_error(missing, "give tags.role_tag and tags.content_tag together (the keys of a turn)")
+        names = [(key, value) for key, value in (("user_tag", self.user_tag), ("assistant_tag", self.assistant_tag),
+                                                 ("system_tag", self.system_tag)) if value is not None]
+        for i, (key, value) in enumerate(names):
+            for other, other_value in names[:i]:
+                if value == other_value:
+                    raise field_error(key, f"{key} and {other} are both {value!r}: a role name means one role")
+        return self
+
+
 class DatasetEntry(StrictModel):
     """One data file of the mixture."""
 
     path: str = Field(min_length=1)
-    """Data file in the chat ``messages`` format: ``.json``, ``.jsonl``, ``.parquet`` or ``.arrow``."""
+    """Data file of chat records (see ``layout``): ``.json``, ``.jsonl``, ``.parquet`` or ``.arrow``."""
     data_folder: str = ""
     """Directory that relative image/video paths inside the samples resolve against ("" = the file's own)."""
     data_type: Literal["json", "jsonl", "parquet", "arrow"] | None = None
@@ -64,6 +114,14 @@ class DatasetEntry(StrictModel):
     """Sampling weight of this file in the mixture (relative to the other entries)."""
     max_samples: int | None = Field(default=None, ge=1)
     """Use at most this many samples of the file per epoch; null uses all."""
+    layout: LayoutName = "auto"
+    """How a record holds its turns: ``messages`` (``{role, content}`` turns, transformers' chat format),
+    ``sharegpt`` (``{from, value}`` turns: LLaVA, ShareGPT4V, LLaVA-OneVision-Data) or ``auto`` (the one the
+    file's first chat record uses)."""
+    columns: RecordColumns = Field(default_factory=RecordColumns)
+    """Record keys of the turns, images, videos and system prompt, where they are not the usual ones."""
+    tags: RoleTags = Field(default_factory=RoleTags)
+    """Turn keys and role names, where they are not the usual ones."""
 
     @model_validator(mode="after")
     def _known_type(self) -> DatasetEntry:
@@ -219,6 +277,9 @@ class ResolvedEntry:
     data_type: str
     weight: float
     max_samples: int | None
+    layout: str = "auto"
+    columns: RecordColumns = field(default_factory=RecordColumns)
+    tags: RoleTags = field(default_factory=RoleTags)
 
 
 def load_config(data: dict[str, Any] | str | Path) -> DataConfig:
@@ -243,7 +304,7 @@ def _read_yaml(path: Path) -> Any:
 
 
 def read_dataset_yaml(path: str | Path) -> list[DatasetEntry]:
-    """Entries of a dataset YAML (``- {path, data_folder, data_type, weight, max_samples}``)."""
+    """Entries of a dataset YAML (``- {path, data_folder, data_type, weight, max_samples, layout, columns, tags}``)."""
     path = Path(path)
     data = _read_yaml(path)
     if isinstance(data, dict):
@@ -268,10 +329,12 @@ def resolve_entries(config: DataConfig, base_dir: str | Path = ".") -> list[Reso
         entries, base = read_dataset_yaml(yaml_path), yaml_path.parent
     if not entries:
         raise ConfigError("datasets: no dataset entries")
-    out = []
-    for e in entries:
-        path = (base / e.path).resolve()
-        folder = (base / e.data_folder).resolve() if e.data_folder else path.parent
-        kind = e.data_type or infer_data_type(path)
-        out.append(ResolvedEntry(path, folder, kind, e.weight, e.max_samples))
-    return out
+    return [resolve_entry(e, base) for e in entries]
+
+
+def resolve_entry(entry: DatasetEntry, base: Path) -> ResolvedEntry:
+    """``entry`` with its path and data folder made absolute (relative to ``base``) and its data type decided."""
+    path = (base / entry.path).resolve()
+    folder = (base / entry.data_folder).resolve() if entry.data_folder else path.parent
+    kind = entry.data_type or infer_data_type(path)
+    return ResolvedEntry(path, folder, kind, entry.weight, entry.max_samples, entry.layout, entry.columns, entry.tags)

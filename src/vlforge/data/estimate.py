@@ -30,6 +30,7 @@ from typing import Any
 
 from vlforge.data.config import DataConfig, ResolvedEntry, resolve_entries
 from vlforge.data.errors import SampleError
+from vlforge.data.layouts import file_format
 from vlforge.data.packing import Binner
 from vlforge.data.schema import parse_conversation
 from vlforge.data.sources import open_source
@@ -110,7 +111,8 @@ def _sidecar_key(config: DataConfig, processor: Any, entries: list[ResolvedEntry
         "version": SIDECAR_VERSION, "sample": sample, "seed": config.data_seed, "limit": config.length_limit,
         "family": processor.family, "label_mode": processor.label_mode, "system": processor.default_system,
         "settings": repr(processor.settings), "tokenizer": [getattr(tok, "name_or_path", ""), len(tok)],
-        "entries": [[fingerprint(e.path), str(e.data_folder), e.data_type, e.max_samples] for e in entries],
+        "entries": [[fingerprint(e.path), str(e.data_folder), e.data_type, e.max_samples, e.layout,
+                     e.columns.model_dump(), e.tags.model_dump()] for e in entries],
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
@@ -141,29 +143,36 @@ def _records_at(entry: ResolvedEntry, positions: list[int]):
         source.close()
 
 
+def sample_records(entries: list[ResolvedEntry], sample: int, seed: int):
+    """``(entry, its record format, raw record)`` for a seeded sample of ``sample`` records spread over every entry
+    (blank JSONL lines yield nothing), read by random access in file order."""
+    by_entry: dict[int, list[int]] = {}
+    for entry, k in _sample_positions(record_counts(entries, positions=True), sample, seed):
+        by_entry.setdefault(entry, []).append(k)
+    for i, ks in by_entry.items():
+        fmt = file_format(entries[i])
+        for raw in _records_at(entries[i], ks):
+            yield entries[i], fmt, raw
+
+
 def length_profile(config: DataConfig, processor: Any, entries: list[ResolvedEntry], sample: int) -> LengthProfile:
     """Process a seeded sample of records as the stream would and keep their token lengths."""
     lengths, skipped, seen = [], {}, 0
-    by_entry: dict[int, list[int]] = {}
-    for entry, k in _sample_positions(record_counts(entries, positions=True), sample, config.data_seed):
-        by_entry.setdefault(entry, []).append(k)
-    for i, ks in by_entry.items():
-        entry = entries[i]
-        for raw in _records_at(entry, ks):
-            seen += 1
-            try:
-                if raw.error is not None:
-                    raise raw.error
-                conv = parse_conversation(raw.record, str(entry.path), raw.location)
-                n = len(processor.process(conv, entry.data_folder,
-                                          allow_path_escape=config.allow_path_escape or None))
-            except SampleError as err:
-                skipped[err.reason] = skipped.get(err.reason, 0) + 1
-                continue
-            if config.length_limit is not None and n > config.length_limit:
-                skipped["overlong"] = skipped.get("overlong", 0) + 1
-                continue
-            lengths.append(n)
+    for entry, fmt, raw in sample_records(entries, sample, config.data_seed):
+        seen += 1
+        try:
+            if raw.error is not None:
+                raise raw.error
+            conv = parse_conversation(raw.record, str(entry.path), raw.location, fmt)
+            n = len(processor.process(conv, entry.data_folder,
+                                      allow_path_escape=config.allow_path_escape or None))
+        except SampleError as err:
+            skipped[err.reason] = skipped.get(err.reason, 0) + 1
+            continue
+        if config.length_limit is not None and n > config.length_limit:
+            skipped["overlong"] = skipped.get("overlong", 0) + 1
+            continue
+        lengths.append(n)
     return LengthProfile(lengths, seen, skipped)
 
 

@@ -1,8 +1,9 @@
 """Media references -> local files or bytes, with the ``data_folder`` escape check; image decoding.
 
-A reference is a path (relative ones resolve against ``data_folder``), a ``file://`` URL, a ``data:``
-base64 URL, raw bytes, or a ``{"bytes": ..., "path": ...}`` dict (HF ``datasets`` image column).
-``http(s)://`` URLs are refused: no network is assumed.
+A reference is a path (relative ones resolve against ``data_folder``), a ``file://`` URL (``file:///abs`` or
+``file://relative``, as qwen-vl-utils reads them), a ``data:`` base64 URL, raw bytes, or a ``{"bytes": ...,
+"path": ...}`` dict (HF ``datasets``' ``Image`` feature: the bytes when present, else the path).
+``http(s)://`` URLs are refused (``remote_url``): nothing is downloaded while training.
 
 Example:
     >>> import tempfile, pathlib
@@ -21,7 +22,7 @@ import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 from PIL import Image, UnidentifiedImageError
 
@@ -60,7 +61,8 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
     if not isinstance(ref, str):
         fail("schema", f"media reference must be a string, got {type(ref).__name__}")
     if ref.startswith(("http://", "https://")):
-        fail("remote_url", f"remote media {ref!r} is not supported (no network); download it first")
+        fail("remote_url", f"remote media {ref!r}: vlforge reads no network while training; download it and give "
+                           "its local path (relative to data_folder)")
     if ref.startswith("data:"):
         header, _, payload = ref.partition(",")
         if ";base64" not in header:
@@ -69,16 +71,14 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
             return Media(None, base64.b64decode(payload, validate=True), f"{header},...")
         except (binascii.Error, ValueError) as exc:
             fail("schema", f"invalid base64 in data: URL: {exc}")
-    if ref.startswith("file://"):
-        path = Path(unquote(urlparse(ref).path))
-    else:
-        path = Path(ref).expanduser()
-        if not path.is_absolute():
-            root = Path(data_folder).resolve()
-            path = (root / path).resolve()
-            if not allow_path_escape and not path.is_relative_to(root):
-                fail("path_escape", f"media path {ref!r} leaves data_folder {str(root)!r} "
-                                    "(set allow_path_escape to permit)")
+    # a file:// URL as qwen-vl-utils reads it: the rest is the path (file:///abs, file://relative)
+    path = Path(unquote(ref.removeprefix("file://"))) if ref.startswith("file://") else Path(ref).expanduser()
+    if not path.is_absolute():
+        root = Path(data_folder).resolve()
+        path = (root / path).resolve()
+        if not allow_path_escape and not path.is_relative_to(root):
+            fail("path_escape", f"media path {ref!r} leaves data_folder {str(root)!r} "
+                                "(set allow_path_escape to permit)")
     if not path.is_file():
         fail("missing_file", f"media file {str(path)!r} not found")
     return Media(path, None, str(path))

@@ -1,11 +1,14 @@
-"""The chat "messages" format: validate a raw record into a :class:`Conversation`.
+"""A raw record in any accepted layout -> a :class:`Conversation` (turns of text and media parts).
 
-Accepted content parts (OpenAI chat style, as the LMMS Engine guide describes):
-``{"type": "text", "text": ...}``, ``{"type": "image", "image": REF}``,
-``{"type": "image_url", "image_url": {"url": REF}}``, ``{"type": "video", "video": REF, "fps": 2}``,
-``{"type": "video_url", "video_url": {"url": REF}}``. A message's ``content`` may also be a string with
-``<image>`` / ``<video>`` placeholders filled, in order, from the record's top-level ``images`` / ``videos``
-lists; the placeholder count must match. ``messages`` may be a JSON string (common in parquet files).
+Records are read in their file's layout (:mod:`vlforge.data.layouts`: ``{role, content}`` messages or
+``{from, value}`` conversations, keys and roles renamed by the dataset entry). A turn's content is a string or
+a list of parts as transformers' and OpenAI's chat formats write them: ``{"type": "text", "text": ...}``;
+``{"type": "image", "image"|"url"|"path"|"base64": REF}``; ``{"type": "image_url", "image_url": REF or
+{"url": REF}}``; the same for ``video`` / ``video_url`` (with per-video options ``fps``, ...). ``<image>`` /
+``<video>`` placeholders in text, and media parts without a reference (``{"type": "image"}``), take the
+record's top-level images / videos (``images`` or ``image``: a path, bytes, an ``{"bytes", "path"}`` struct
+or a list) in order; a record with media but no placeholder at all gets them at the start of its first user
+turn; any other count mismatch is an error. The turns may be a JSON string (common in parquet files).
 
 Example:
     >>> conv = parse_conversation({"messages": [
@@ -13,20 +16,25 @@ Example:
     ...     {"role": "assistant", "content": "A cat."}], "images": ["cat.png"]}, "d.jsonl", "line 1")
     >>> [type(p).__name__ for p in conv.messages[0].parts]
     ['MediaPart', 'TextPart']
+    >>> llava = parse_conversation({"image": "cat.png", "conversations": [
+    ...     {"from": "human", "value": "What is it?"}, {"from": "gpt", "value": "A cat."}]}, "l.json", "item 1")
+    >>> [(m.role, [type(p).__name__ for p in m.parts]) for m in llava.messages]
+    [('user', ['MediaPart', 'TextPart']), ('assistant', ['TextPart'])]
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from vlforge.data.errors import SampleError
+from vlforge.data.layouts import RecordFormat, audio_key, detect, pool, turns_of
 
-ROLES = ("system", "user", "assistant")
 VIDEO_OPTION_KEYS = ("fps", "frame_num", "video_max_frames", "video_max_pixels", "video_min_pixels")
 _PLACEHOLDER = re.compile(r"<(image|video)>")
+_IN_TEXT = "<placeholder>"
+"""Option key marking a media part cut from text (``<image>``), dropped when the part is filled."""
 
 
 @dataclass
@@ -64,6 +72,21 @@ def _url(value: Any) -> Any:
     return value.get("url") if isinstance(value, dict) and "url" in value else value
 
 
+def _reference(raw: dict[str, Any], kind: str) -> Any:
+    """A media part's reference: its ``kind`` / base kind key, else transformers' ``url``, ``path``, ``base64``
+    (a bare base64 payload becomes a ``data:`` URL); None when it has none (a placeholder)."""
+    base = kind.removesuffix("_url")
+    for key in (kind, base, "url", "path", "base64"):
+        value = raw.get(key)
+        if value is None or value == "":
+            continue
+        value = _url(value)
+        if key == "base64" and isinstance(value, str) and not value.startswith("data:"):
+            value = "data:;base64," + value
+        return value
+    return None
+
+
 def _part(raw: Any, fail) -> TextPart | MediaPart:
     if isinstance(raw, str):
         return TextPart(raw)
@@ -77,78 +100,121 @@ def _part(raw: Any, fail) -> TextPart | MediaPart:
         return TextPart(raw["text"])
     if kind in ("image", "image_url", "video", "video_url"):
         base = kind.removesuffix("_url")
-        ref = _url(raw.get(kind, raw.get(base)))
-        if ref is None or ref == "":
-            fail(f"{kind} part has no {kind!r} value")
         options = {k: raw[k] for k in VIDEO_OPTION_KEYS if k in raw} if base == "video" else {}
-        return MediaPart(base, ref, options)
+        part = MediaPart(base, _reference(raw, kind), options)
+        if part.ref is None and isinstance(raw.get("index"), int):
+            part.options["index"] = raw["index"]  # TRL's parts name the image they take: checked when filled
+        return part
     fail(f"unknown content type {kind!r} (expected text, image, image_url, video, video_url)")
     raise AssertionError  # unreachable: fail raises
 
 
-def _split_placeholders(text: str, pools: dict[str, list[Any]], used: dict[str, int]) -> list[TextPart | MediaPart]:
+def _split_placeholders(text: str) -> list[TextPart | MediaPart]:
+    """``text`` cut at its ``<image>`` / ``<video>`` placeholders, each one a media part without a reference."""
     parts: list[TextPart | MediaPart] = []
     pos = 0
     for match in _PLACEHOLDER.finditer(text):
         if match.start() > pos:
             parts.append(TextPart(text[pos : match.start()]))
-        kind = match.group(1)
-        idx = used[kind]
-        used[kind] += 1
-        pool = pools[kind]
-        parts.append(MediaPart(kind, _url(pool[idx]) if idx < len(pool) else None))
+        parts.append(MediaPart(match.group(1), None, {_IN_TEXT: True}))
         pos = match.end()
     if pos < len(text):
         parts.append(TextPart(text[pos:]))
     return parts
 
 
-def parse_conversation(record: dict[str, Any], source: str, location: str) -> Conversation:
-    """Validate ``record``; raise :class:`SampleError` (reason ``schema`` / ``placeholder_mismatch``)."""
+def _content(content: Any, i: int, fail) -> list[TextPart | MediaPart]:
+    if isinstance(content, str):
+        return _split_placeholders(content)
+    if not isinstance(content, list):
+        fail(f"message {i} content must be a string or a list of parts, got {type(content).__name__}")
+    parts: list[TextPart | MediaPart] = []
+    for item in content:
+        part = _part(item, fail)
+        parts.extend(_split_placeholders(part.text) if isinstance(part, TextPart) else [part])
+    return parts
+
+
+def _fill(messages: list[Message], pools: dict[str, tuple[str, list[Any]]], fail) -> None:
+    """Give every media part without a reference the next item of its kind's pool; a record without any such
+    part of a kind gets that kind's pool at the start of the first user turn (images before videos); other count
+    mismatches fail. A record with videos and no image whose text holds ``<image>`` placeholders, one per video and
+    no ``<video>``, reads them as ``<video>`` (LLaVA-NeXT's video data)."""
+    def slots_of(kind: str) -> list[MediaPart]:
+        return [p for m in messages for p in m.parts if isinstance(p, MediaPart) and p.kind == kind and p.ref is None]
+
+    images, videos = pools["image"][1], pools["video"][1]
+    stand_ins = slots_of("image")
+    if stand_ins and not images and len(stand_ins) == len(videos) and not slots_of("video") and \
+            all(slot.options.get(_IN_TEXT) for slot in stand_ins):
+        for slot in stand_ins:  # LLaVA-NeXT's video records write <image> for their video
+            slot.kind = "video"
+    front: list[MediaPart] = []
+    for kind, (key, items) in pools.items():
+        slots = slots_of(kind)
+        if not slots and items:
+            if not any(m.role == "user" for m in messages):
+                fail(f"{len(items)} {kind}(s) in {key!r} but no user turn to put them in", "placeholder_mismatch")
+            front += [MediaPart(kind, _url(item)) for item in items]
+            continue
+        in_text = sum(bool(slot.options.pop(_IN_TEXT, False)) for slot in slots)
+        if len(slots) != len(items):
+            what = (f"<{kind}> placeholder(s) in the text" if in_text == len(slots) else
+                    f"{kind} part(s) without a reference" if not in_text else
+                    f"<{kind}> placeholder(s) and {kind} part(s) without a reference")
+            fail(f"{len(slots)} {what} but {len(items)} item(s) in {key!r}", "placeholder_mismatch")
+        for n, (slot, item) in enumerate(zip(slots, items, strict=True)):
+            index = slot.options.pop("index", n)
+            if index != n:
+                fail(f"{kind} part {n} names {kind} {index}: parts must take the {kind}s in order", "schema")
+            if item is None:
+                fail(f"item {n} of {key!r} is null", "schema")
+            slot.ref = _url(item)
+    if front:
+        next(m for m in messages if m.role == "user").parts[:0] = front
+
+
+def parse_conversation(record: dict[str, Any], source: str, location: str,
+                       fmt: RecordFormat | None = None) -> Conversation:
+    """Validate ``record`` read in ``fmt`` (None: the layout this record itself shows); raise :class:`SampleError`
+    (reason ``schema`` / ``placeholder_mismatch`` / ``no_labels`` / ``malformed_json``)."""
 
     def fail(detail: str, reason: str = "schema"):
         raise SampleError(reason, source, location, detail)
 
-    messages = record.get("messages", record.get("conversations"))
-    if isinstance(messages, str):
-        try:
-            messages = json.loads(messages)
-        except json.JSONDecodeError as exc:
-            fail(f"'messages' is a string that is not valid JSON: {exc}", "malformed_json")
-    if not isinstance(messages, list) or not messages:
-        fail("record needs a non-empty 'messages' list")
-    pools = {"image": record.get("images") or [], "video": record.get("videos") or []}
-    for kind, pool in pools.items():
-        if not isinstance(pool, list):
-            fail(f"top-level '{kind}s' must be a list")
-    used = {"image": 0, "video": 0}
+    if fmt is None:
+        fmt = detect(record, None, source, location)
+    raw_turns = record.get(fmt.messages)
+    turns = turns_of(raw_turns)
+    if isinstance(raw_turns, str) and isinstance(turns, str):
+        fail(f"{fmt.messages!r} is a string that is not valid JSON", "malformed_json")
+    if not isinstance(turns, list) or not turns:
+        fail(f"record needs {fmt.expected()}")
+    if (audio := audio_key(record)) is not None:
+        fail(f"{audio!r}: audio is not supported (vlforge trains vision-language chats)")
     out: list[Message] = []
-    for i, raw in enumerate(messages):
+    for i, raw in enumerate(turns):
         if not isinstance(raw, dict):
-            fail(f"message {i} must be an object")
-        role = raw.get("role")
-        if role not in ROLES:
-            fail(f"message {i} has role {role!r}; expected one of {ROLES}")
-        content = raw.get("content")
-        if isinstance(content, str):
-            parts = _split_placeholders(content, pools, used)
-        elif isinstance(content, list):
-            parts = []
-            for item in content:
-                part = _part(item, fail)
-                if isinstance(part, TextPart) and _PLACEHOLDER.search(part.text):
-                    parts.extend(_split_placeholders(part.text, pools, used))
-                else:
-                    parts.append(part)
-        else:
-            fail(f"message {i} content must be a string or a list of parts")
-        if role != "user" and any(isinstance(p, MediaPart) for p in parts):
-            fail(f"message {i} ({role}) carries media; only user messages may")
-        out.append(Message(role, parts))
-    for kind, pool in pools.items():
-        if used[kind] != len(pool):
-            fail(f"{used[kind]} <{kind}> placeholder(s) in the text but {len(pool)} item(s) in '{kind}s'",
-                 "placeholder_mismatch")
+            fail(f"message {i} must be an object, got {type(raw).__name__}")
+        name = raw.get(fmt.role_tag)
+        role = fmt.roles.get(name) if isinstance(name, str) else None
+        if role is None:
+            if fmt.role_tag not in raw:
+                fail(f"message {i} has no {fmt.role_tag!r} key; expected {fmt.expected()}")
+            fail(f"message {i} has {fmt.role_tag} {name!r}; expected one of {', '.join(fmt.roles)}")
+        if fmt.content_tag not in raw:
+            fail(f"message {i} has no {fmt.content_tag!r} key; expected {fmt.expected()}")
+        out.append(Message(role, _content(raw[fmt.content_tag], i, fail)))
+    system = record.get(fmt.system) if fmt.system else None
+    if system and out[0].role != "system":
+        if not isinstance(system, str):
+            fail(f"system prompt {fmt.system!r} must be a string, got {type(system).__name__}")
+        out.insert(0, Message("system", [TextPart(system)]))
+    pools = {kind: pool(record, keys) for kind, keys in (("image", fmt.images), ("video", fmt.videos))}
+    _fill(out, pools, fail)
+    for i, message in enumerate(out):
+        if message.role != "user" and any(isinstance(p, MediaPart) for p in message.parts):
+            fail(f"message {i} ({message.role}) carries media; only user messages may")
     if not any(m.role == "assistant" for m in out):
         fail("no assistant message: nothing to learn from", "no_labels")
     return Conversation(out, source, location)

@@ -68,6 +68,20 @@ class Source:
     def close(self) -> None:
         """Release file handles (reopened lazily on the next read)."""
 
+    def head(self, n: int) -> Iterator[RawRecord]:
+        """The first ``n`` records of the file (blank ``jsonl`` lines skipped), read from its start; the read
+        position is left where it was. For a layout's detection: reads no more of the file than it needs."""
+        state = self.state_dict()
+        self.reset()
+        try:
+            for _ in range(n):
+                raw = self.next_record()
+                if raw is None:
+                    return
+                yield raw
+        finally:
+            self.load_state_dict(state)
+
     # -- random access by position (shuffled reading, cheap record counts) -------------------------------
     def extent(self) -> int:  # pragma: no cover - abstract
         """Positions in the file: lines (``jsonl``, blank ones included), rows, or array items."""
@@ -239,6 +253,16 @@ class JsonSource(Source):
             self._items = items
         return self._items
 
+    def head(self, n: int) -> Iterator[RawRecord]:
+        """The first ``n`` items, decoded from the start of the file only (a JSON array is otherwise parsed whole)."""
+        if self._items is not None:
+            yield from (self._decoded(f"item {i + 1}", item) for i, item in enumerate(self._items[:n]))
+            return
+        items = _array_prefix(self.path, n)
+        if items is None:  # not a plain array (``{"data": [...]}``) or invalid: the whole-file parse decides
+            items = self._load()[:n]
+        yield from (self._decoded(f"item {i + 1}", item) for i, item in enumerate(items))
+
     def next_record(self) -> RawRecord | None:
         items = self._load()
         if self._index >= len(items):
@@ -259,6 +283,41 @@ class JsonSource(Source):
         items = self._load()
         for i in range(start, stop):
             yield i, self._decoded(f"item {i + 1}", items[i])
+
+
+def _array_prefix(path: Path, n: int, chunk: int = 1 << 20) -> list[Any] | None:
+    """The first ``n`` items of the JSON array in ``path``, decoded from as few leading bytes as they need;
+    None when the file does not start with an array or its start does not decode."""
+    decoder = json.JSONDecoder()
+    with open(path, "rb") as fh:
+        data = b""
+        while True:
+            more = fh.read(chunk)
+            data += more
+            text = data.decode("utf-8", errors="ignore")  # a character cut at the end decodes once read whole
+            start = len(text) - len(text.lstrip())
+            if text[start:start + 1] not in ("[", ""):
+                return None
+            items, pos = [], start + 1
+            while len(items) < n:
+                while pos < len(text) and text[pos] in " \t\r\n,":
+                    pos += 1
+                if pos >= len(text) or text[pos] == "]":
+                    break
+                try:
+                    item, end = decoder.raw_decode(text, pos)
+                except json.JSONDecodeError:
+                    break
+                if end >= len(text) and more:  # a number cut at the end of what was read decodes too
+                    break
+                items.append(item)
+                pos = end
+            ended = pos < len(text) and text[pos] == "]"
+            if len(items) >= n or ended:
+                return items
+            if not more:
+                return None
+            chunk *= 4
 
 
 class _TableSource(Source):
@@ -323,11 +382,18 @@ class _TableSource(Source):
 
 
 class ParquetSource(_TableSource):
-    """Parquet read in small batches, starting at the row group that holds the resume row."""
+    """Parquet read in small batches, starting at the row group that holds the resume row.
+
+    Column chunks are read through a buffer of :attr:`read_buffer` bytes, page by page (pyarrow otherwise reads
+    a whole column chunk, e.g. every image of a row group, before the first batch): memory follows the batch
+    and the file's page size, not its row groups.
+    """
+
+    read_buffer = 1 << 20
 
     def _batches_from(self, row: int):
         try:
-            pf = pq.ParquetFile(self.path)
+            pf = pq.ParquetFile(self.path, buffer_size=self.read_buffer, pre_buffer=False)
         except (pa.ArrowException, OSError) as exc:
             raise DataError(f"{self.path}: cannot read parquet file: {exc}") from exc
         meta = pf.metadata

@@ -27,6 +27,7 @@ from typing import Any
 
 from vlforge.data.config import DataConfig, resolve_entries
 from vlforge.data.errors import SampleError, SkipLedger
+from vlforge.data.layouts import entry_formats
 from vlforge.data.mixture import Mixture
 from vlforge.data.packing import Binner, LengthGrouper, PackingStats, collate_packed, collate_padded
 from vlforge.data.processor import ProcessedSample, QwenVLProcessor
@@ -78,6 +79,8 @@ class DataStream:
             raise DataError(f"shard_id {shard_id} not in [0, {num_shards})")
         self.config, self.processor = config, processor
         self.entries = resolve_entries(config, base_dir)
+        self.formats = entry_formats(self.entries)
+        """Each file's record layout (named by its entry, or detected from its first chat record)."""
         self.shard_id, self.num_shards = shard_id, num_shards
         self.mixture: Any = Mixture(self.entries, seed=config.data_seed, epochs=config.epochs,
                                     shuffle_block=config.shuffle_block if config.shuffle else None)
@@ -108,7 +111,7 @@ class DataStream:
     # -- one record -------------------------------------------------------------------------------
     def _process(self, ref: dict[str, Any]) -> ProcessedSample:
         entry = self.entries[ref["entry"]]
-        conv = parse_conversation(ref["record"], str(entry.path), ref["location"])
+        conv = parse_conversation(ref["record"], str(entry.path), ref["location"], self.formats[ref["entry"]])
         return self.processor.process(conv, entry.data_folder,
                                       allow_path_escape=self.config.allow_path_escape or None)
 

@@ -24,6 +24,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from vlforge.data import DataConfig, SampleError, parse_conversation, resolve_entries
 from vlforge.data.config import ResolvedEntry
+from vlforge.data.layouts import entry_formats
 from vlforge.data.mixture import Mixture
 from vlforge.data.packing import collate_padded
 from vlforge.data.processor import QwenVLProcessor
@@ -80,6 +81,7 @@ class ChunkStream(IterableDataset):
         self.config, self.processor, self.entries = config, processor, entries
         self.shards, self.shard_size, self.batch_size, self.id_field = set(shards), shard_size, batch_size, id_field
         self.stems = source_stems(entries)
+        self.formats = entry_formats(entries)
         pad = processor.tokenizer.pad_token_id
         self.pad_token_id = pad if pad is not None else processor.tokenizer.convert_tokens_to_ids("<|endoftext|>")
 
@@ -118,7 +120,7 @@ class ChunkStream(IterableDataset):
             try:
                 if raw.error is not None:
                     raise raw.error
-                conv = parse_conversation(raw.record, str(entry.path), raw.location)
+                conv = parse_conversation(raw.record, str(entry.path), raw.location, self.formats[entry_index])
                 sample = self.processor.process(conv, entry.data_folder,
                                                 allow_path_escape=self.config.allow_path_escape or None)
                 limit = self.config.max_length

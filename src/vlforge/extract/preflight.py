@@ -24,7 +24,7 @@ import yaml
 
 from vlforge.config.data_check import path_problem
 from vlforge.data.config import DataConfig, ResolvedEntry, load_config, resolve_entries
-from vlforge.errors import ConfigError
+from vlforge.errors import ConfigError, DataError
 from vlforge.models.families import names, supports
 from vlforge.outputs import check_output_dir
 
@@ -84,11 +84,18 @@ def data_config(data: str | Path, *, on_error: str) -> tuple[DataConfig, Path]:
 
 
 def check_entries(entries: list[ResolvedEntry]) -> None:
-    """Every data file and media folder of ``entries`` exists (one-line ConfigError naming the first that does not)."""
+    """Every data file and media folder of ``entries`` exists and every file's start holds a chat record in its
+    layout (one-line ConfigError naming the first that does not)."""
+    from vlforge.data.layouts import file_format
+
     for entry in entries:
         problem = path_problem(entry.path, "file") or path_problem(entry.data_folder, "folder")
         if problem:
             raise ConfigError(f"--data: {problem}")
+        try:
+            file_format(entry)
+        except DataError as error:
+            raise ConfigError(f"--data: {error}") from None
 
 
 def check_against_config(config_path: Path, options: ExtractOptions) -> None:

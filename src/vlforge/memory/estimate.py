@@ -143,20 +143,35 @@ def _count(params: Any) -> int:
 @contextlib.contextmanager
 def _quiet() -> Any:
     """Module-name resolution logs and library deprecation warnings are noise when probing variants."""
-    train_logger = logging.getLogger("vlforge.train")
-    level = train_logger.level
-    train_logger.setLevel(logging.WARNING)
+    loggers = [logging.getLogger(name) for name in ("vlforge.train", "vlforge.models")]  # module-name resolution
+    levels = [each.level for each in loggers]
+    for each in loggers:
+        each.setLevel(logging.WARNING)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             yield
     finally:
-        train_logger.setLevel(level)
+        for each, level in zip(loggers, levels, strict=True):
+            each.setLevel(level)
+
+
+_BUILT: list[tuple[Any, tuple[Any, ...], torch.nn.Module]] = []
+"""The last meta models built (model config, what else shaped them, the model): estimating one config twice (with
+other workload assumptions) builds it once. Estimates only read them."""
 
 
 def _trainable_model(cfg: Any, model_config: Any, dtype: torch.dtype) -> torch.nn.Module:
+    lora = cfg.model.lora.model_dump_json() if cfg.model.lora is not None else None
+    key = (dtype, tuple(cfg.model.freeze_modules), lora)
+    for config, shaped, model in _BUILT:
+        if config is model_config and shaped == key:
+            return model
     with _quiet():
-        return _build_trainable(cfg, model_config, dtype)
+        model = _build_trainable(cfg, model_config, dtype)
+    _BUILT.insert(0, (model_config, key, model))
+    del _BUILT[4:]
+    return model
 
 
 def _build_trainable(cfg: Any, model_config: Any, dtype: torch.dtype) -> torch.nn.Module:

@@ -14,8 +14,8 @@ Two resize rules exist (both :func:`vlforge.media.resize.smart_resize`, as trans
 
 Files name only stock classes: the per-family subclasses save themselves under the torchvision class
 they stand in for (``Qwen2VLVideoProcessor``, ``Qwen3VLVideoProcessor``, ``Glm4vVideoProcessor``) with only
-the keys that class understands (``resize_rule`` is implied by the class), so stock transformers, vLLM or
-SGLang read the files; :mod:`vlforge.models.compat` maps those names back to these classes at load time
+the keys that class understands (``resize_rule`` is implied by the class), so stock transformers reads the files
+(and vLLM's CPU build, docs/models.md); :mod:`vlforge.models.compat` maps those names back to these classes at load time
 when torchvision is missing.
 
 Example (CPU, milliseconds):

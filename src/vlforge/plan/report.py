@@ -118,6 +118,20 @@ def candidates(cfg: Any, model_config: Any, world: int) -> list[tuple[str, Any, 
     return out
 
 
+def device_budget(gpu_memory: int | None) -> tuple[int, str, int]:
+    """``(device bytes, where that figure comes from, the bytes a plan may use)``: ``gpu_memory``, else this
+    machine's CUDA device, else :data:`DEFAULT_GPU_MEMORY`."""
+    import torch
+
+    if gpu_memory is not None:
+        device_bytes, note = gpu_memory, "--gpu-memory"
+    elif torch.cuda.is_available():
+        device_bytes, note = torch.cuda.get_device_properties(0).total_memory, torch.cuda.get_device_name(0)
+    else:
+        device_bytes, note = DEFAULT_GPU_MEMORY, "assumed 80 GB GPU; set --gpu-memory"
+    return device_bytes, note, int(device_bytes * MARGIN)
+
+
 def make_plan(cfg: Any, *, gpus: int = 1, nodes: int = 1, gpu_memory: int | None = None,
               model_config: Any = None, sample_length: int | None = None, label_share: float = 0.5,
               visual_share: float | None = None) -> PlanReport:
@@ -130,16 +144,10 @@ def make_plan(cfg: Any, *, gpus: int = 1, nodes: int = 1, gpu_memory: int | None
     check_sequence_parallel(cfg.sp_ulysses_degree, family=getattr(model_config, "model_type", ""), world=world,
                             processes="GPU(s) of the plan (--gpus x --nodes)", **sequence_parallel_heads(model_config))
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if gpu_memory is not None:
-        device_bytes, note = gpu_memory, "--gpu-memory"
-    elif device.type == "cuda":
-        device_bytes, note = torch.cuda.get_device_properties(0).total_memory, torch.cuda.get_device_name(0)
-    else:
-        device_bytes, note = DEFAULT_GPU_MEMORY, "assumed 80 GB GPU; set --gpu-memory"
+    device_bytes, note, budget = device_budget(gpu_memory)
     kwargs = {"world": world, "device": device, "sample_length": sample_length, "label_share": label_share,
               "visual_share": visual_share}
     estimate = estimate_memory(cfg, model_config, **kwargs)
-    budget = int(device_bytes * MARGIN)
     report = PlanReport(estimate, budget, device_bytes, note)
     report.suggestions = suggest(cfg, model_config, budget, world, kwargs, estimate.peak_bytes)
     return report

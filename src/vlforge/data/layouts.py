@@ -1,0 +1,195 @@
+"""Record layouts: which keys of a record hold its turns, their roles and contents, and its media.
+
+Two layouts are read; a dataset entry names one (``layout:``) or leaves ``auto``, and may rename keys and roles
+(``columns:``, ``tags:``, as LLaMA-Factory's ``dataset_info.json`` does):
+
+* ``messages``: turns ``{"role", "content"}`` (OpenAI / transformers chat format, LMMS Engine, LLaMA-Factory's
+  ``mllm_demo.json``), in a ``messages`` list;
+* ``sharegpt``: turns ``{"from", "value"}`` (LLaVA-Instruct, ShareGPT4V, LLaVA-OneVision-Data), in a
+  ``conversations`` list, roles ``human`` / ``gpt``.
+
+``auto`` is decided once per file, from the first record that holds turns (:func:`file_format`, reading at most
+:data:`DETECT_RECORDS` records from the start of the file, whatever order training reads it in); every record is
+then read in that layout, and one that does not fit is a ``schema`` sample error saying what was expected.
+
+Example:
+    >>> fmt = detect({"image": "a.png", "conversations": [{"from": "human", "value": "<image>Hi"}]},
+    ...              None, "llava.json", "item 1")
+    >>> fmt.layout, fmt.messages, fmt.describe()
+    ('sharegpt', 'conversations', 'sharegpt: conversations of {from, value} (detected from item 1)')
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from vlforge.data.config import RecordColumns, ResolvedEntry, RoleTags
+from vlforge.data.errors import SampleError
+from vlforge.errors import DataError
+
+MESSAGE_KEYS = ("messages", "conversations", "conversation")
+"""Keys that hold the turns when ``columns.messages`` is not given (the first present in the first chat record)."""
+POOL_KEYS = {"image": ("images", "image"), "video": ("videos", "video")}
+"""Keys of the media ``<image>`` / ``<video>`` placeholders take, per record (the first present and not null)."""
+AUDIO_KEYS = ("audios", "audio")
+TURN_KEYS = {"messages": ("role", "content"), "sharegpt": ("from", "value")}
+ROLE_NAMES = {"user": ("user", "human"), "assistant": ("assistant", "gpt", "model"), "system": ("system",)}
+"""Role names accepted when ``tags`` does not name one (``tags.user_tag`` etc. replace a role's names)."""
+DETECT_RECORDS = 100
+"""Records read from the start of a file to find the first one that holds turns (``layout: auto``)."""
+
+
+@dataclass(frozen=True)
+class RecordFormat:
+    """How the records of one file are read: the key of the turns, the keys of a turn, the role names, the media keys."""
+
+    layout: str  # "messages" | "sharegpt"
+    messages: str
+    role_tag: str
+    content_tag: str
+    roles: dict[str, str] = field(hash=False)  # role name in the data -> system | user | assistant
+    images: tuple[str, ...] = POOL_KEYS["image"]
+    videos: tuple[str, ...] = POOL_KEYS["video"]
+    system: str | None = None
+    origin: str = "named in the dataset entry"
+
+    def describe(self) -> str:
+        """One line: ``sharegpt: conversations of {from, value} (detected from item 1)``."""
+        extra = [f"{kind}s from {'/'.join(keys)}" for kind, keys in (("image", self.images), ("video", self.videos))
+                 if keys != POOL_KEYS[kind]]
+        if self.system:
+            extra.append(f"system prompt from {self.system}")
+        tail = f"; {', '.join(extra)}" if extra else ""
+        return f"{self.layout}: {self.messages} of {{{self.role_tag}, {self.content_tag}}}{tail} ({self.origin})"
+
+    def expected(self) -> str:
+        """What a record of this file must hold, for error messages."""
+        return f"a non-empty {self.messages!r} list of {{{self.role_tag}, {self.content_tag}}} turns ({self.describe()})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"layout": self.layout, "messages": self.messages, "role_tag": self.role_tag,
+                "content_tag": self.content_tag, "roles": dict(self.roles), "images": list(self.images),
+                "videos": list(self.videos), "system": self.system, "origin": self.origin}
+
+
+def _role_names(tags: RoleTags) -> dict[str, str]:
+    names: dict[str, str] = {}
+    for role, defaults in ROLE_NAMES.items():
+        given = getattr(tags, f"{role}_tag")
+        for name in (given,) if given is not None else defaults:
+            names[name] = role
+    return names
+
+
+def turns_of(value: Any) -> Any:
+    """The turns as stored: a list, or a JSON string of one (common in parquet files); anything else as it is."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, location: str) -> RecordFormat:
+    """The format of ``record`` under ``entry``'s ``layout`` / ``columns`` / ``tags`` (``None``: all automatic);
+    a record that holds no turns in any accepted layout is a ``schema`` :class:`SampleError` saying what was expected."""
+    layout = entry.layout if entry is not None else "auto"
+    columns = entry.columns if entry is not None else RecordColumns()
+    tags = entry.tags if entry is not None else RoleTags()
+
+    def fail(detail: str):
+        raise SampleError("schema", source, location, detail)
+
+    keys = (columns.messages,) if columns.messages else MESSAGE_KEYS
+    key = next((k for k in keys if record.get(k) not in (None, "", [])), None)
+    if key is None:
+        if columns.messages:
+            fail(f"record has no {columns.messages!r} list of turns (columns.messages of the dataset entry)")
+        fail("record needs a non-empty 'messages' list of {role, content} turns, or a 'conversations' list of "
+             "{from, value} turns (LLaVA / ShareGPT)")
+    turns = turns_of(record[key])
+    if isinstance(turns, str):
+        raise SampleError("malformed_json", source, location, f"{key!r} is a string that is not valid JSON")
+    if not isinstance(turns, list) or not turns or not isinstance(turns[0], dict):
+        fail(f"{key!r} must be a non-empty list of turns (objects), got {type(turns).__name__}")
+    name = layout
+    if layout == "auto" and tags.role_tag is None:
+        name = next((n for n, (role, _) in TURN_KEYS.items() if role in turns[0]), None)
+        if name is None:
+            found = ", ".join(sorted(map(str, turns[0]))) or "none"
+            fail(f"turn 0 of {key!r} has neither a 'role' (messages layout) nor a 'from' key (sharegpt layout); "
+                 f"its keys: {found} (name them with tags.role_tag and tags.content_tag)")
+    return _format(entry, name, key, f"detected from {location}")
+
+
+def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> RecordFormat:
+    """The format of ``layout`` (``auto``: messages, or sharegpt for renamed turn keys) with the turns under ``key``."""
+    columns = entry.columns if entry is not None else RecordColumns()
+    tags = entry.tags if entry is not None else RoleTags()
+    if tags.role_tag is not None:
+        role_tag, content_tag = tags.role_tag, tags.content_tag
+        if layout == "auto":
+            layout = "messages" if (role_tag, content_tag) == TURN_KEYS["messages"] else "sharegpt"
+    else:
+        layout = "messages" if layout == "auto" else layout
+        role_tag, content_tag = TURN_KEYS[layout]
+    if entry is not None and entry.layout != "auto" and columns.messages is not None:
+        origin = "named in the dataset entry"
+    images = (columns.images,) if columns.images else POOL_KEYS["image"]
+    videos = (columns.videos,) if columns.videos else POOL_KEYS["video"]
+    return RecordFormat(layout, key, role_tag, content_tag, _role_names(tags), images, videos, columns.system, origin)
+
+
+def file_format(entry: ResolvedEntry) -> RecordFormat:
+    """The format of every record of ``entry``'s file: as the entry names it, or detected from the first record
+    (of the first :data:`DETECT_RECORDS`) that holds turns; :class:`~vlforge.errors.DataError` when none does."""
+    from vlforge.data.sources import open_source
+
+    if entry.layout != "auto" and entry.columns.messages is not None:
+        return _format(entry, entry.layout, entry.columns.messages, "named in the dataset entry")
+    source = open_source(entry.path, entry.data_type)
+    first: SampleError | None = None
+    read = 0
+    try:
+        for raw in source.head(DETECT_RECORDS):
+            read += 1
+            if raw.error is not None or raw.record is None:
+                first = first or raw.error
+                continue
+            try:
+                return detect(raw.record, entry, raw.source, raw.location)
+            except SampleError as error:
+                first = first or error
+    finally:
+        source.close()
+    if first is None:  # an empty file: no record to read, none to detect from
+        return _format(entry, entry.layout, entry.columns.messages or MESSAGE_KEYS[0], "an empty file")
+    raise DataError(f"{first.source}:{first.location}: no chat record in the first {read} record(s) of the file "
+                    f"(first: {first.reason}: {first.detail})")
+
+
+def entry_formats(entries: list[ResolvedEntry]) -> list[RecordFormat]:
+    """:func:`file_format` of each entry."""
+    return [file_format(entry) for entry in entries]
+
+
+def pool(record: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, list[Any]]:
+    """``(key, items)``: the media a record's placeholders take, from the first of ``keys`` present and not null.
+
+    A single path, bytes or ``{"bytes", "path"}`` struct is one item; a list is its items; absent is none.
+    """
+    for key in keys:
+        value = record.get(key)
+        if value is None or (isinstance(value, (list, tuple)) and not value):
+            continue
+        return key, list(value) if isinstance(value, (list, tuple)) else [value]
+    return keys[0], []
+
+
+def audio_key(record: dict[str, Any]) -> str | None:
+    """The key of audio media the record carries (vlforge trains vision-language chats: an error), if any."""
+    return next((k for k in AUDIO_KEYS if record.get(k) not in (None, "", [])), None)
+

@@ -1,0 +1,228 @@
+"""Record layouts: transformers' content parts, LLaVA / ShareGPT conversations, renamed keys and roles, media in
+the file, per-file detection, placement of images without placeholders, and the errors of records that fit none."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from datakit import chat, write_jsonl
+
+from vlforge.data import DataConfig, DataStream, SampleError, parse_conversation
+from vlforge.data.config import DatasetEntry, resolve_entry
+from vlforge.data.layouts import DETECT_RECORDS, detect, file_format
+from vlforge.data.sources import _array_prefix, open_source
+from vlforge.errors import DataError
+
+
+def _process(proc, record, folder, fmt=None):
+    return proc.process(parse_conversation(record, "set.jsonl", "line 1", fmt), folder)
+
+
+def _parts(conv) -> list[tuple[str, list]]:
+    return [(m.role, [p.text if hasattr(p, "text") else (p.kind, p.ref) for p in m.parts]) for m in conv.messages]
+
+
+def _entry(tmp_path, path, **keys):
+    return resolve_entry(DatasetEntry(path=str(path), **keys), tmp_path)
+
+
+def test_transformers_content_parts_give_the_pixels_of_a_plain_path(make_processor, media_dir):
+    proc = make_processor("qwen2_5_vl")
+    png = (media_dir / "img1.png").read_bytes()
+    payload = base64.b64encode(png).decode()
+    native = _process(proc, chat([{"type": "image", "image": "img1.png"}, {"type": "text", "text": "?"}]), media_dir)
+    variants = [{"type": "image", "url": "img1.png"}, {"type": "image", "path": "img1.png"},
+                {"type": "image", "url": f"file://{media_dir / 'img1.png'}"},  # file:///abs
+                {"type": "image", "path": "file://img1.png"},  # file://relative, as qwen-vl-utils reads it
+                {"type": "image", "base64": payload}, {"type": "image", "base64": f"data:image/png;base64,{payload}"},
+                {"type": "image", "url": f"data:image/png;base64,{payload}"}, {"type": "image_url", "url": "img1.png"},
+                {"type": "image", "image": {"bytes": png, "path": "elsewhere.png"}},
+                {"type": "image", "image": {"bytes": None, "path": "img1.png"}}]
+    for variant in variants:
+        sample = _process(proc, chat([variant, {"type": "text", "text": "?"}]), media_dir)
+        assert torch.equal(sample.input_ids, native.input_ids) and torch.equal(sample.pixel_values,
+                                                                               native.pixel_values), variant
+    video = {"type": "video", "path": "clip.mp4", "fps": 2}
+    assert _process(proc, chat([video]), media_dir).video_grid_thw.tolist() == \
+        _process(proc, chat([{"type": "video", "video": "clip.mp4", "fps": 2}]), media_dir).video_grid_thw.tolist()
+
+
+@pytest.mark.parametrize("part", [{"type": "image", "url": "https://example.org/cat.png"},
+                                  {"type": "video", "url": "http://example.org/clip.mp4"}])
+def test_remote_urls_are_one_line_sample_errors(make_processor, media_dir, part):
+    with pytest.raises(SampleError) as info:
+        _process(make_processor(), chat([part]), media_dir)
+    assert info.value.reason == "remote_url" and "\n" not in str(info.value)
+    assert str(info.value).startswith("set.jsonl:line 1: remote_url: remote media 'http")
+    assert "download it and give its local path" in str(info.value)
+
+
+def test_llava_conversations_equal_the_messages_layout(make_processor, media_dir):
+    proc = make_processor("qwen3_vl")
+    native = {"messages": [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "image", "image": "img0.png"}, {"type": "text", "text": "\nColour?"}]},
+        {"role": "assistant", "content": "Noise."},
+        {"role": "user", "content": "And now?"}, {"role": "assistant", "content": "Still noise."}]}
+    llava = {"id": "7", "image": "img0.png", "conversations": [
+        {"from": "system", "value": "Be brief."}, {"from": "human", "value": "<image>\nColour?"},
+        {"from": "gpt", "value": "Noise."}, {"from": "user", "value": "And now?"},
+        {"from": "model", "value": "Still noise."}]}
+    expected = _process(proc, native, media_dir)
+    for record in (llava, {**llava, "image": ["img0.png"]}, {**{k: v for k, v in llava.items() if k != "image"},
+                                                            "images": "img0.png"}):
+        sample = _process(proc, record, media_dir)
+        assert torch.equal(sample.input_ids, expected.input_ids) and torch.equal(sample.labels, expected.labels)
+        assert torch.equal(sample.pixel_values, expected.pixel_values)
+
+
+def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
+    one = parse_conversation({"image": "a.png", "conversations": [
+        {"from": "system", "value": "S"}, {"from": "human", "value": "What?"}, {"from": "gpt", "value": "A."}]}, "f", "l")
+    assert _parts(one) == [("system", ["S"]), ("user", [("image", "a.png"), "What?"]), ("assistant", ["A."])]
+    several = parse_conversation({"images": ["a.png", "b.png"], "videos": ["v.mp4"], "messages": [
+        {"role": "user", "content": "Compare."}, {"role": "assistant", "content": "Same."},
+        {"role": "user", "content": "Sure?"}, {"role": "assistant", "content": "Yes."}]}, "f", "l")
+    assert _parts(several)[0] == ("user", [("image", "a.png"), ("image", "b.png"), ("video", "v.mp4"), "Compare."])
+    # TRL / LMMS Engine parquet style: parts without a reference take the images column in order
+    trl = parse_conversation({"images": [{"bytes": b"1", "path": None}, {"bytes": b"2", "path": None}], "messages": [
+        {"role": "user", "content": [{"type": "image", "index": 0, "text": None}, {"type": "text", "text": "Hi"},
+                                     {"type": "image_url", "image_url": None}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Two.", "index": None}]}]}, "f", "l")
+    assert [ref for _, ref in _parts(trl)[0][1][::2]] == [{"bytes": b"1", "path": None}, {"bytes": b"2", "path": None}]
+
+
+@pytest.mark.parametrize(("record", "reason", "detail"), [
+    ({"images": ["a.png", "b.png"], "messages": [{"role": "user", "content": "<image> and?"},
+                                                 {"role": "assistant", "content": "x"}]},
+     "placeholder_mismatch", "1 <image> placeholder(s) in the text but 2 item(s) in 'images'"),
+    ({"messages": [{"role": "user", "content": [{"type": "image"}]}, {"role": "assistant", "content": "x"}]},
+     "placeholder_mismatch", "1 image part(s) without a reference but 0 item(s) in 'images'"),
+    ({"images": ["a.png", "b.png"], "messages": [
+        {"role": "user", "content": [{"type": "image", "index": 1}, {"type": "image", "index": 0}]},
+        {"role": "assistant", "content": "x"}]}, "schema", "image part 0 names image 1"),
+    ({"image": "a.png", "conversations": [{"from": "system", "value": "S"}, {"from": "gpt", "value": "x"}]},
+     "placeholder_mismatch", "no user turn to put them in"),
+    ({"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "x"}]},
+     "schema", "message 1 has from 'bot'; expected one of user, human, assistant, gpt, model, system"),
+    ({"conversations": [{"speaker": "human", "text": "hi"}]}, "schema", "neither a 'role'"),
+    ({"conversations": [{"from": "human"}, {"from": "gpt", "value": "x"}]}, "schema", "message 0 has no 'value' key"),
+    ({"audios": ["a.wav"], "messages": [{"role": "user", "content": "<audio>?"}, {"role": "assistant", "content": "x"}]},
+     "schema", "'audios': audio is not supported"),
+    ({"messages": "[{\"role\": \"user\""}, "malformed_json", "not valid JSON"),
+    ({"id": 3, "image": "a.png"}, "schema", "record needs a non-empty 'messages' list of {role, content} turns, or a "
+     "'conversations' list of {from, value} turns"),
+])
+def test_records_that_fit_no_layout_fail_in_one_line(record, reason, detail):
+    with pytest.raises(SampleError) as info:
+        parse_conversation(record, "d.json", "item 4")
+    assert info.value.reason == reason and detail in str(info.value), str(info.value)
+    assert str(info.value).startswith(f"d.json:item 4: {reason}: ") and "\n" not in str(info.value)
+
+
+def test_entry_renames_keys_and_roles_as_llama_factory_does(tmp_path):
+    record = {"chat": [{"speaker": "asker", "text": "<image>Hi"}, {"speaker": "bot", "text": "Hello."},
+                       {"speaker": "human", "text": "?"}], "pic": "a.png", "sys": "Be kind."}
+    entry = _entry(tmp_path, "d.json", layout="sharegpt", columns={"messages": "chat", "images": "pic", "system": "sys"},
+                   tags={"role_tag": "speaker", "content_tag": "text", "user_tag": "asker", "assistant_tag": "bot"})
+    fmt = detect(record, entry, "d.json", "item 1")
+    assert (fmt.layout, fmt.messages, fmt.images, fmt.origin) == ("sharegpt", "chat", ("pic",),
+                                                                   "named in the dataset entry")
+    conv = parse_conversation({**record, "chat": record["chat"][:2]}, "d.json", "item 1", fmt)
+    assert _parts(conv) == [("system", ["Be kind."]), ("user", [("image", "a.png"), "Hi"]), ("assistant", ["Hello."])]
+    with pytest.raises(SampleError, match="message 2 has speaker 'human'; expected one of asker, bot, system"):
+        parse_conversation(record, "d.json", "item 2", fmt)  # a named role replaces the usual names
+
+
+def test_layout_is_decided_per_file_from_its_first_chat_record(tmp_path):
+    write_jsonl(tmp_path / "d.jsonl", ["{broken", {"id": 1}, {"conversations": [
+        {"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}]}, chat("q", "a")])
+    fmt = file_format(_entry(tmp_path, "d.jsonl"))
+    assert (fmt.layout, fmt.messages, fmt.origin) == ("sharegpt", "conversations", "detected from line 3")
+    assert fmt.describe() == "sharegpt: conversations of {from, value} (detected from line 3)"
+    with pytest.raises(SampleError, match=r"d.jsonl:line 4: schema: record needs a non-empty 'conversations' list of "
+                                          r"\{from, value\} turns \(sharegpt: .* \(detected from line 3\)\)"):
+        parse_conversation(chat("q", "a"), "d.jsonl", "line 4", fmt)
+    named = file_format(_entry(tmp_path, "d.jsonl", layout="messages", columns={"messages": "messages"}))
+    assert (named.layout, named.origin) == ("messages", "named in the dataset entry")
+    write_jsonl(tmp_path / "none.jsonl", [{"text": f"plain {i}"} for i in range(DETECT_RECORDS + 5)])
+    with pytest.raises(DataError, match=r"none.jsonl:line 1: no chat record in the first 100 record\(s\) of the file "
+                                        r"\(first: schema: record needs"):
+        file_format(_entry(tmp_path, "none.jsonl"))
+    (tmp_path / "empty.jsonl").write_text("\n")
+    assert file_format(_entry(tmp_path, "empty.jsonl")).origin == "an empty file"
+
+
+def test_detection_reads_only_the_start_of_a_json_array(tmp_path):
+    items = [{"id": i, "conversations": [{"from": "human", "value": "x" * 5000}]} for i in range(400)]
+    (tmp_path / "big.json").write_text(json.dumps(items))
+    assert [item["id"] for item in _array_prefix(tmp_path / "big.json", 3, chunk=4096)] == [0, 1, 2]
+    assert _array_prefix(tmp_path / "big.json", 1000, chunk=4096) == items
+    (tmp_path / "n.json").write_text("[1, 2, 345]")
+    assert _array_prefix(tmp_path / "n.json", 3, chunk=8) == [1, 2, 345]  # never a number cut at a chunk's end
+    (tmp_path / "wrapped.json").write_text(json.dumps({"data": items[:2]}))
+    assert _array_prefix(tmp_path / "wrapped.json", 1) is None
+    head = list(open_source(tmp_path / "wrapped.json").head(5))
+    assert [(r.location, r.record["id"]) for r in head] == [("item 1", 0), ("item 2", 1)]
+    assert file_format(_entry(tmp_path, "big.json")).describe() == \
+        "sharegpt: conversations of {from, value} (detected from item 1)"
+
+
+def test_parquet_image_bytes_stream_page_by_page(tmp_path, media_dir):
+    """One row group of 200 images (about 10 MB): reading the records holds a few pages, not the row group."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    rows = 200
+    table = pa.table({
+        "id": [str(i) for i in range(rows)],
+        "image": pa.array([{"bytes": rng.integers(0, 256, 50_000, dtype=np.uint8).tobytes(), "path": f"{i}.png"}
+                           for i in range(rows)], image),
+        "conversations": [[{"from": "human", "value": f"<image>\nQ{i}"}, {"from": "gpt", "value": "A"}]
+                          for i in range(rows)]})
+    pq.write_table(table, tmp_path / "ov.parquet", row_group_size=rows, use_dictionary=["id"], write_batch_size=8)
+    del table
+    source, base = open_source(tmp_path / "ov.parquet"), pa.total_allocated_bytes()
+    peak, seen = 0, 0
+    while (raw := source.next_record()) is not None:
+        seen += 1
+        assert raw.record["image"]["path"] == f"{seen - 1}.png" and len(raw.record["image"]["bytes"]) == 50_000
+        peak = max(peak, pa.total_allocated_bytes() - base)
+    assert seen == rows and peak < 8_000_000  # 64-row batches of 50 kB images: 3.2 MB; the row group: 10 MB
+
+
+def test_skip_report_is_the_same_in_every_layout(make_processor, tmp_path, media_dir):
+    """The same good and bad conversations as messages JSONL, LLaVA JSON and parquet with image bytes: the same
+    samples, the same counts per reason, the same locations."""
+    png = (media_dir / "img0.png").read_bytes()
+    messages = [chat([{"type": "image", "image": "img0.png"}, {"type": "text", "text": "Q1"}], "A1"),
+                chat([{"type": "image", "image": "gone.png"}, {"type": "text", "text": "Q2"}], "A2"),
+                {"messages": [{"role": "user", "content": "Q3"}]},
+                chat("Q4", "A4")]
+    write_jsonl(media_dir / "m.jsonl", messages)
+    llava = [{"image": "img0.png", "conversations": [{"from": "human", "value": "Q1"}, {"from": "gpt", "value": "A1"}]},
+             {"image": "gone.png", "conversations": [{"from": "human", "value": "Q2"}, {"from": "gpt", "value": "A2"}]},
+             {"conversations": [{"from": "human", "value": "Q3"}]},
+             {"conversations": [{"from": "human", "value": "Q4"}, {"from": "gpt", "value": "A4"}]}]
+    (media_dir / "l.json").write_text(json.dumps(llava))
+    rows = [{**r, "image": {"bytes": png, "path": None} if r.get("image") == "img0.png" else
+             {"bytes": None, "path": r["image"]} if "image" in r else None} for r in llava]
+    pq.write_table(pa.Table.from_pylist(rows), media_dir / "p.parquet")
+    reports = {}
+    for name in ("m.jsonl", "l.json", "p.parquet"):
+        cfg = DataConfig(datasets=[{"path": name}], on_error="skip")
+        stream = DataStream(cfg, make_processor(), base_dir=media_dir)
+        batches = list(stream)
+        report = stream.report()
+        where = [e.split(": ")[0].rsplit(":", 1)[1] for v in report["examples"].values() for e in v]
+        reports[name] = ([b["input_ids"].tolist() for b in batches], report["skipped"], report["samples_seen"], where)
+    assert reports["m.jsonl"][3] == ["line 2", "line 3"] and reports["l.json"][3] == ["item 2", "item 3"]
+    assert reports["p.parquet"][3] == ["row 2", "row 3"]
+    assert reports["m.jsonl"][:3] == reports["l.json"][:3] == reports["p.parquet"][:3]
+    assert reports["m.jsonl"][1:3] == ({"missing_file": 1, "no_labels": 1}, 4) and len(reports["m.jsonl"][0]) == 2

@@ -1,0 +1,140 @@
+"""`vlforge init`: a starter config that validates, that `vlforge plan` says fits the stated GPUs, and that trains.
+
+Real files throughout: a JSONL of chat records with PNG images of two sizes and a text-only record, the real
+Qwen tokenizers of the presets, the planner's own estimates (no table of sizes), and `vlforge train`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+from PIL import Image
+from typer.testing import CliRunner
+
+from vlforge.cli import app
+from vlforge.config.load import load_config
+from vlforge.config.validate import check
+from vlforge.errors import OutputError
+from vlforge.outputs import owned
+from vlforge.plan.options import parse_memory
+from vlforge.plan.report import make_plan
+
+REPO = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "wizards", "quietly", "judge", "boxing"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``mine.jsonl``: 16 records, images of 640x480 and 320x240 pixels in most, answers of 20 to 300 words."""
+    root = tmp_path_factory.mktemp("init-data")
+    Image.new("RGB", (640, 480), (200, 30, 30)).save(root / "big.png")
+    Image.new("RGB", (320, 240), (30, 200, 30)).save(root / "small.png")
+    rng, rows = random.Random(0), []
+    for i in range(16):
+        content = ([{"type": "image", "image": ("big.png", "small.png")[i % 2]}, {"type": "text", "text": "Describe it."}]
+                   if i % 5 else "Say something.")
+        answer = " ".join(rng.choice(WORDS) for _ in range(rng.randint(20, 300)))
+        rows.append({"messages": [{"role": "user", "content": content}, {"role": "assistant", "content": answer}]})
+    (root / "mine.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    (root / "text.jsonl").write_text("\n".join(json.dumps({"messages": [
+        {"role": "user", "content": f"Count to {i}."}, {"role": "assistant", "content": " ".join(map(str, range(i)))}]})
+        for i in range(1, 9)) + "\n")
+    return root
+
+
+def _init(workdir: Path, monkeypatch: pytest.MonkeyPatch, *args: str):
+    monkeypatch.chdir(workdir)
+    try:
+        return runner.invoke(app, ["init", *args])
+    finally:  # the CLI's log handler holds this run's stderr: drop it so the next run installs its own
+        root = logging.getLogger("vlforge")
+        for handler in [h for h in root.handlers if getattr(h, "_vlforge_cli", False)]:
+            root.removeHandler(handler)
+
+
+@pytest.mark.parametrize(("model", "hardware"), [
+    ("tiny:qwen3_vl", ["--gpu-memory", "24GB"]),
+    ("real:qwen3_vl_2b", ["--gpu-memory", "24GB"]),      # full fine-tuning does not fit: the plan's changes do
+    ("real:qwen3_vl_8b", ["--gpus", "8", "--gpu-memory", "80GB"]),
+])
+def test_the_config_validates_and_the_plan_says_it_fits(data: Path, monkeypatch: pytest.MonkeyPatch, model: str,
+                                                        hardware: list[str]) -> None:
+    out = data / f"{model.replace(':', '_')}.yaml"
+    result = _init(data, monkeypatch, "--model", model, "--data", "mine.jsonl", *hardware, "--out", out.name)
+    assert result.exit_code == 0, result.output
+    assert owned(out)  # recorded as vlforge's: a later init may replace it, a user's edit stops that
+    report = check(out.name)
+    assert report.ok, report.error_lines()
+    gpus = int(hardware[hardware.index("--gpus") + 1]) if "--gpus" in hardware else 1
+    memory = parse_memory(hardware[hardware.index("--gpu-memory") + 1])
+    plan = make_plan(load_config(out.name), gpus=gpus, gpu_memory=memory)  # what `vlforge plan` computes
+    assert plan.fits, plan.verdict()
+    text = out.read_text()
+    cfg = yaml.safe_load(text)
+    assert cfg["model"]["load_from_pretrained_path"] == model and cfg["data"]["dataset_path"] == "mine.jsonl"
+    assert cfg["processor"]["max_pixels"] >= 600 * 440  # the largest image, after the model's resize
+    assert cfg["packing"]["packing_length"] % 512 == 0 and cfg["packing"]["filter_overlong"] is True
+    assert f"vlforge plan {out.name} --gpus {gpus}" in text and "# Memory:" in text
+    if model == "real:qwen3_vl_2b":  # chosen by estimates, in the plan's cost order
+        assert cfg["model"]["gradient_checkpointing"] is True and "# Chosen by the plan" in text
+    if model == "tiny:qwen3_vl":
+        assert cfg["model"]["gradient_checkpointing"] is False and cfg["model"]["freeze_modules"] == []
+
+
+def test_nothing_fits_is_exit_1_with_the_closest_setting(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _init(data, monkeypatch, "--model", "tiny:qwen3_vl", "--data", "mine.jsonl", "--gpu-memory", "100MB",
+                   "--json")
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert report["fits"] is False and report["changes"], report["changes"]
+    peaks = [change["peak_bytes_before"] for change in report["changes"]] + [report["peak_bytes_per_rank"]]
+    assert peaks == sorted(peaks, reverse=True)  # every change lowered the estimate
+    assert "# NOTHING vlforge can change fits" in report["text"]
+    assert yaml.safe_load(report["text"])["model"]["gradient_checkpointing"] is True
+
+
+def test_text_only_data_freezes_the_vision_tower_and_prints_on_stdout(data: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _init(data, monkeypatch, "--model", "tiny:qwen3_vl", "--data", "text.jsonl", "--gpu-memory", "24GB")
+    assert result.exit_code == 0, result.output
+    cfg = yaml.safe_load(result.stdout)  # without --out: the config alone on stdout, the summary on stderr
+    assert cfg["model"]["freeze_modules"] == ["visual"] and "processor" not in cfg and "video" not in cfg
+    assert "init: 8 of 8 sampled records usable" in result.stderr
+
+
+def test_a_file_of_yours_is_never_overwritten(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = data / "notes.yaml"
+    mine.write_text("# my own config\n")
+    args = ["--model", "tiny:qwen3_vl", "--data", "text.jsonl", "--gpu-memory", "24GB", "--out"]
+    refused = _init(data, monkeypatch, *args, "notes.yaml")
+    assert isinstance(refused.exception, OutputError) and "refusing to overwrite" in str(refused.exception)
+    assert mine.read_text() == "# my own config\n"
+    first = _init(data, monkeypatch, *args, "again.yaml")
+    assert first.exit_code == 0, first.output
+    assert _init(data, monkeypatch, *args, "again.yaml").exit_code == 0  # its own earlier output: replaced
+    edited = (data / "again.yaml").read_text() + "# my edit\n"
+    (data / "again.yaml").write_text(edited)
+    assert isinstance(_init(data, monkeypatch, *args, "again.yaml").exception, OutputError)
+    assert (data / "again.yaml").read_text() == edited
+
+
+def test_the_written_config_trains_two_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the bundled example data (images and a video), as written: bf16, packed rows, its own output_dir."""
+    from vlforge.train.trainer import run
+
+    out = tmp_path / "starter.yaml"
+    result = _init(REPO, monkeypatch, "--model", "tiny:qwen3_vl", "--data", "examples/data/train.jsonl",
+                   "--gpu-memory", "8GB", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    cfg = yaml.safe_load(out.read_text())
+    assert cfg["video"]["video_max_frames"] >= 2 and cfg["training"]["bf16"] is True
+    done = run(str(out), ["training.max_steps=2", f"checkpointing.output_dir={tmp_path / 'run'}",
+                          "model.token_audit=false"], progress=False)
+    assert len(done.losses) >= 1 and all(loss == loss for loss in done.losses)  # finite, logged
+    assert (tmp_path / "run" / "final" / "config.json").is_file()
