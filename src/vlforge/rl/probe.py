@@ -167,7 +167,8 @@ def sample_groups(model: Any, tokenizer: Any, processor: Any, rows: list, *, sco
             groups.append(group_stats(row.index, rewards))
             all_samples.append(group)
             all_rewards.append(rewards)
-            log.debug("probe prompt %d/%d: rewards %s", n + 1, len(rows), rewards)
+            (log.debug if bar is not None else log.info)(  # progress: a bar on a terminal, else one line a prompt
+                "probe prompt %d/%d: rewards %s", n + 1, len(rows), " ".join(f"{r:.3g}" for r in rewards))
             if bar is not None:
                 bar[0].advance(bar[1])
     finally:
