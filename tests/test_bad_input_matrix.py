@@ -305,6 +305,12 @@ CASES: list[Case] = [
     Case("tokens fix", "id out of range", lambda r: ["tokens", "fix", "--model", "tiny:qwen2_vl", "--out", "fixed",
                                                      "--ids", "99999999"], ("--ids", "99999999"), slow=True),
     Case("tokens scan", "missing model", lambda r: ["tokens", "scan", "--model", MISSING_MODEL], (MISSING_MODEL,)),
+    Case("rl check", "missing model", lambda r: ["rl", "check", "--model", MISSING_MODEL, "--format-regex", "<think>"],
+         (MISSING_MODEL,)),
+    Case("rl check", "no reward", lambda r: ["rl", "check", "--model", "tiny:qwen2_vl"], ("--reward", "--format-regex")),
+    Case("rl probe", "prompts not a dataset", lambda r: ["rl", "probe", "--model", "tiny:qwen2_vl", "--format-regex",
+                                                        "<think>", "--prompts", "a_file"],
+         ("--prompts", "a_file")),
     Case("tokens scan", "checkpoint is a file", lambda r: ["tokens", "scan", "--model", "a_file"], ("a_file",)),
     # export / tiny
     Case("export", "missing checkpoint", lambda r: ["export", "nothere", "exported"], ("nothere",)),

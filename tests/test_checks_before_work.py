@@ -49,6 +49,9 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
             cfg[section].update(values) if section in cfg else cfg.update({section: values})
         (root / name).write_text(yaml.safe_dump(cfg))
 
+    (root / "reward.py").write_text("def f(completions, **kw):\n    return [0.0 for _ in completions]\n")
+    (root / "broken.py").write_text("def f(completions:\n")
+    (root / "verl.yaml").write_text("data:\n  prompt_key: [1]\n")
     config("bad_model.yaml", model={"load_from_pretrained_path": "tiny:nope"})
     config("lmms_qwen2.yaml", model={"load_from_pretrained_path": str(model)}, data={"label_mode": "lmms"})
     config("out_under_file.yaml", checkpointing={"output_dir": "a_file/run"})
@@ -77,6 +80,17 @@ CASES = {
     "tokens scan: unknown threshold": (["tokens", "scan", "--model", "tiny:qwen3_vl", "--threshold", "x=1"],
                                        "--threshold x"),
     "tokens fix: missing model": (["tokens", "fix", "--model", "./gone", "--out", "fixed"], "gone does not exist"),
+    "rl check: unknown engine": (["rl", "check", "--model", "model", "--engine", "vrl", "--format-regex", "x"],
+                                 "did you mean 'verl'"),
+    "rl check: bad regex": (["rl", "check", "--model", "model", "--format-regex", "(<think>"], "does not compile"),
+    "rl check: unloadable reward file": (["rl", "check", "--model", "model", "--reward", "broken.py:f"],
+                                         "broken.py:1: not valid Python"),
+    "rl check: missing reward function": (["rl", "check", "--model", "model", "--reward", "reward.py:g"],
+                                          "no function 'g'"),
+    "rl check: bad config key": (["rl", "check", "--engine", "verl", "--config", "verl.yaml", "--model", "model",
+                                  "--format-regex", "x"], "data.prompt_key: expected a column"),
+    "rl probe: missing prompts": (["rl", "probe", "--model", "model", "--reward", "reward.py:f", "--prompts",
+                                   "gone.jsonl"], "--prompts gone.jsonl: not found"),
     "train: missing config": (["train", "nope.yaml"], "nope.yaml"),
     "train: unknown preset": (["train", "bad_model.yaml"], "unknown model family 'nope'"),
     "train: lmms labels on qwen2_vl": (["train", "lmms_qwen2.yaml"], "label_mode"),
@@ -105,7 +119,8 @@ def test_the_early_check_modules_import_nothing_heavy_and_their_examples_hold() 
 
     modules = ["vlforge.models.refs", "vlforge.models.input_checks", "vlforge.profile.options", "vlforge.vocab.thresholds",
                "vlforge.verify.options", "vlforge.extract.preflight", "vlforge.config.preflight",
-               "vlforge.config.data_check", "vlforge.data.layouts"]
+               "vlforge.config.data_check", "vlforge.data.layouts", "vlforge.rl.spec", "vlforge.rl.engines",
+               "vlforge.rl.configs", "vlforge.rl.stats", "vlforge.rl.prompts", "vlforge.rl.rewards", "vlforge.rl.rewrite"]
     probe = ("import sys\n" + "".join(f"import {m}\n" for m in modules)
              + "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,

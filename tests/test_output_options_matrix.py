@@ -49,6 +49,8 @@ COMMANDS = [
                        "--trainable-rows", out]),
     ("tokens audit", "--rewrite-out", "file",
      lambda tmp, out: ["tokens", "audit", "--model", "tiny:qwen3_vl", "--format", "r1", "--rewrite-out", out]),
+    ("rl check", "--rewrite-out", "dir",
+     lambda tmp, out: ["rl", "check", "--model", "tiny:qwen3_vl", "--format-regex", "<think>", "--rewrite-out", out]),
     ("profile trace", "--trace", "dir", lambda tmp, out: ["profile", "--model", MISSING, "--trace", out]),
     ("profile plot", "--plot", "file", lambda tmp, out: ["profile", "--model", MISSING, "--plot", out]),
     ("init", "--out", "file", lambda tmp, out: ["init", "--model", MISSING, "--data", str(DATASET), "--out", out]),

@@ -86,6 +86,12 @@ COMMANDS: dict[str, Entry | Group] = {
         "fix": Entry("Write a copy of the checkpoint whose flagged embedding rows are re-initialised.",
                      "vlforge.tokens.command:FIX_CLI"),
     }),
+    "rl": Group("Zero-RL pre-flight: will a GRPO run learn its reward's format (verl, EasyR1, TRL, OpenRLHF files)?", {
+        "check": Entry("From the files: tags the reward needs, their rows, the engine's decode, the template's pre-fill; "
+                       "fixes. Exit 3 cannot learn, 1 weak.", "vlforge.rl.command:CHECK_CLI"),
+        "probe": Entry("Sample K completions for N prompts, score them with the run's reward: spread per group. Exit 3 "
+                       "when no group has any.", "vlforge.rl.command:PROBE_CLI"),
+    }),
     "extract": Entry("Extract features into a sharded, resumable cache (works under torchrun; see docs/extract.md).",
                      "vlforge.extract.command:CLI"),
 }

@@ -44,6 +44,7 @@ class AuditOptions(StrictModel):
     tokenizer: Path | None = Field(None, description="Tokenizer directory (default: the model directory).")
     tags: list[str] = Field(default_factory=list, description="Tags the policy must generate.")
     template: Path | None = Field(None, description="Jinja chat template file to probe.")
+    template_text: str | None = Field(None, description="A chat template's text to probe (instead of a file).")
     model_template: bool = Field(False, description="Probe the tokenizer's own chat template.")
     template_vars: dict[str, Any] = Field(default_factory=dict, description="Extra template variables.")
     reward_regex: str | None = Field(None, description="Reward regex whose literal tags must be generated.")
@@ -186,9 +187,11 @@ def _collect(tok, opts: AuditOptions, added: list[str]) -> tuple[dict[str, tpl.T
     if opts.reward_regex is not None:
         for tag in tpl.regex_tags(opts.reward_regex, added):
             uses.setdefault(tag, tpl.TagUse(tag)).add("generated", "regex")
-    want_template = opts.template is not None or opts.model_template
+    want_template = opts.template is not None or opts.template_text is not None or opts.model_template
     if want_template:
-        if opts.template is not None:
+        if opts.template_text is not None:
+            template_text = opts.template_text
+        elif opts.template is not None:
             if not opts.template.is_file():
                 raise ConfigError(f"--template {opts.template}: no such file")
             template_text = opts.template.read_text()
@@ -220,14 +223,16 @@ def _effective(report: IdReport) -> str:
     return report.verdict
 
 
-def run_audit(opts: AuditOptions) -> AuditReport:
-    """Run the tokenizer audit, the weights audit (when weights exist), suggestions and rewrites."""
+def run_audit(opts: AuditOptions, *, tok: Any = None) -> AuditReport:
+    """Run the tokenizer audit, the weights audit (when weights exist), suggestions and rewrites (``tok``: the
+    tokenizer of ``opts.tokenizer or opts.model`` when the caller has already read it)."""
     if opts.model is None and opts.tokenizer is None:
         raise ConfigError("give --model (a checkpoint directory) or --tokenizer")
-    if not (opts.tags or opts.template or opts.model_template or opts.reward_regex is not None or opts.format):
+    if not (opts.tags or opts.template or opts.template_text is not None or opts.model_template
+            or opts.reward_regex is not None or opts.format):
         opts = opts.model_copy(update={"model_template": True})
     tok_path = opts.tokenizer or opts.model
-    tok = load_tokenizer(tok_path)
+    tok = tok if tok is not None else load_tokenizer(tok_path)
     added_map = added_tokens(tok)
     added = [content for content, _special in added_map.values()]
     uses, template_text = _collect(tok, opts, added)

@@ -99,9 +99,38 @@ def reference_candidates(tok, template: str | None = None) -> dict[str, list[int
     return {"unreachable": unreachable_ids(tok), "unused_special": unused_special_ids(tok, template)}
 
 
+_RECENT: dict = {}
+_RECENT_MAX = 8
+"""The last scores of this process, keyed by the weight files (path, size, mtime), the tokenizer and the options:
+one process that audits the same checkpoint again (``vlforge rl check`` of a rewritten reward) reuses them."""
+
+
+def _key(tok, emb, *parts) -> tuple | None:
+    try:
+        files = tuple(sorted({(str(m.file), m.file.stat().st_size, m.file.stat().st_mtime_ns)
+                              for m in (emb.input, emb.output)}))
+    except (AttributeError, OSError):
+        return None
+    added = tuple(sorted((int(i), t.content, bool(t.special)) for i, t in tok.added_tokens_decoder.items()))
+    return (files, str(getattr(tok, "name_or_path", "")), len(tok), added, repr(parts))
+
+
 def detect_for(tok, emb, *, user_reference_ids: list[int] | None = None, thresholds: dict | None = None,
                chunk_rows: int | None = None, template: str | None = None):
     """:func:`vlforge.vocab.detect.detect` with the reference rules of this tokenizer."""
+    key = _key(tok, emb, user_reference_ids, sorted((thresholds or {}).items()), chunk_rows, template)
+    if key is not None and key in _RECENT:
+        return _RECENT[key]
+    stats = _detect_for(tok, emb, user_reference_ids=user_reference_ids, thresholds=thresholds,
+                        chunk_rows=chunk_rows, template=template)
+    if key is not None:
+        while len(_RECENT) >= _RECENT_MAX:  # a few entries: the weights' scores hold arrays over every row
+            _RECENT.pop(next(iter(_RECENT)))
+        _RECENT[key] = stats
+    return stats
+
+
+def _detect_for(tok, emb, *, user_reference_ids, thresholds, chunk_rows, template):
     from vlforge.vocab.detect import DEFAULT_CHUNK_ROWS, detect
     from vlforge.vocab.tokenizer import byte_invalid_ids
 

@@ -173,7 +173,7 @@ def template_tags(tok, template: str | None, variables: dict | None, source: str
     return uses, probe
 
 
-def _literal_runs(parsed, runs: list[str], current: list[str]) -> None:
+def _literal_runs(parsed, runs: list[str], current: list[str], required_only: bool = False) -> None:
     c = _constants
     repeats = tuple(getattr(c, n) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(c, n))
     for op, av in parsed:
@@ -187,7 +187,7 @@ def _literal_runs(parsed, runs: list[str], current: list[str]) -> None:
             current.clear()
             for branch in av[1]:
                 carried = list(prefix)
-                _literal_runs(branch, runs, carried)
+                _literal_runs(branch, runs, carried, required_only)
                 if carried:
                     runs.append("".join(carried))
             continue
@@ -195,25 +195,27 @@ def _literal_runs(parsed, runs: list[str], current: list[str]) -> None:
             runs.append("".join(current))
             current.clear()
         if op is c.SUBPATTERN:
-            _literal_runs(av[-1], runs, current)
+            _literal_runs(av[-1], runs, current, required_only)
         elif op in repeats:
-            _literal_runs(av[2], runs, current)
+            if not (required_only and av[0] == 0):  # ``(?:<think>)?``: a match need not hold it
+                _literal_runs(av[2], runs, current, required_only)
         elif op is getattr(c, "ATOMIC_GROUP", None):
-            _literal_runs(av, runs, current)
+            _literal_runs(av, runs, current, required_only)
         if current:
             runs.append("".join(current))
             current.clear()
 
 
-def regex_literals(pattern: str) -> list[str]:
-    """Maximal runs of literal text in a regular expression (what any match must contain verbatim)."""
+def regex_literals(pattern: str, *, required_only: bool = False) -> list[str]:
+    """Maximal runs of literal text in a regular expression; ``required_only``: only those every match must contain
+    (not inside an optional group or a ``*`` repeat; a branch's alternatives are all kept)."""
     try:
         parsed = _parser.parse(pattern)
     except re.error as error:
         raise TemplateError(f"reward regex {pattern!r} does not compile: {error}") from error
     runs: list[str] = []
     current: list[str] = []
-    _literal_runs(parsed, runs, current)
+    _literal_runs(parsed, runs, current, required_only)
     if current:
         runs.append("".join(current))
     return [r for r in runs if r]

@@ -1,0 +1,231 @@
+"""``vlforge rl check``: can a GRPO run learn its reward's format? Answered from the files alone, no sampling.
+
+The tags the reward needs (its regexes, or ``--format-regex``) are audited with :mod:`vlforge.vocab.audit` (how
+each encodes, whether its embedding rows are trained); then the engine's own handling is applied: a tag with a
+special id that the engine's decode strips (``skip_special_tokens=True``) never reaches the reward, and a tag the
+chat template already pre-fills in the prompt is not in the completion that verl, EasyR1 and TRL score. Each
+problem comes with its fix; ``--rewrite-out DIR`` writes the rewritten reward file / regex, chat template, format
+prompt and tokenizer there (:mod:`vlforge.rl.rewrite`).
+
+Example:
+    vlforge rl check --model ./Qwen3-VL-4B-Base --engine verl --config ppo.yaml --rewrite-out fixed/
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from vlforge.errors import ExitCode
+from vlforge.rl.engines import engine
+from vlforge.rl.spec import RunSpec
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "vlforge.rl.check/1"
+Verdict = Literal["ok", "weak", "dead"]
+VERDICT_EXIT = {"ok": ExitCode.OK, "weak": ExitCode.WARNING, "dead": ExitCode.FAILED}
+
+
+class TagReport(BaseModel):
+    """One tag the reward needs."""
+
+    tag: str
+    ids: list[int]
+    pieces: list[str]
+    added: list[bool]
+    special: list[bool]
+    stripped: bool
+    """The engine's decode (with this run's skip_special_tokens) drops it before the reward sees the text."""
+    prefilled: bool
+    """The chat template's generation prompt already holds it."""
+    verdict: str
+    """The weights verdict of its ids (untrained / weak / trained / unknown)."""
+
+
+class Problem(BaseModel):
+    kind: Literal["untrained", "weak", "stripped", "prefilled", "no-tags"]
+    severity: Literal["error", "warning", "note"]
+    tags: list[str]
+    message: str
+    fix: str
+
+
+class CheckReport(BaseModel):
+    schema_version: str = SCHEMA
+    engine: str
+    model: str
+    tokenizer: str
+    reward: str
+    patterns: list[str]
+    """The regexes the tags were read from."""
+    skip_special_tokens: bool
+    template: str
+    """Which chat template: the tokenizer's own, or a file / config key."""
+    prefill: str
+    """What the template's generation prompt adds after the user turn."""
+    sources: dict[str, str]
+    tags: list[TagReport]
+    problems: list[Problem]
+    rewrites: dict[str, str] = Field(default_factory=dict)
+    """``--rewrite-out``: file written -> what it changes."""
+    audit: dict[str, Any]
+    """The token audit (schema vlforge.vocab.audit/2)."""
+    verdict: Verdict
+    exit_code: int
+    notes: list[str] = Field(default_factory=list)
+
+
+_TOKENIZERS: dict = {}
+
+
+def read_tokenizer_once(path: Path) -> Any:
+    """The tokenizer of ``path``, read once per process while its files are unchanged (a Qwen vocabulary takes
+    seconds to parse; the check only reads it)."""
+    from vlforge.vocab.tokenizer import load_tokenizer
+
+    files = tuple(sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in Path(path).iterdir()
+                         if f.is_file() and f.name.startswith(("tokenizer", "vocab", "merges", "special", "added",
+                                                                "chat_template"))))
+    key = (str(Path(path).resolve()), files)
+    if key not in _TOKENIZERS:
+        while len(_TOKENIZERS) >= 4:
+            _TOKENIZERS.pop(next(iter(_TOKENIZERS)))
+        _TOKENIZERS[key] = load_tokenizer(path)
+    return _TOKENIZERS[key]
+
+
+def required_tags(spec: RunSpec, patterns: list[str], added: list[str]) -> list[str]:
+    """Tags every match of the reward's regexes contains, in order."""
+    from vlforge.rl.rewards import pattern_literals
+    from vlforge.vocab.templates import find_tags
+
+    out: list[str] = []
+    for pattern in patterns:
+        for run in pattern_literals(pattern):
+            for _s, _e, tag in find_tags(run, added):
+                if tag not in out:
+                    out.append(tag)
+    return out
+
+
+def reward_patterns(spec: RunSpec) -> tuple[str, list[str]]:
+    """What the reward is (for the report) and the regexes its tags come from."""
+    if spec.format_regex is not None:
+        return f"--format-regex {spec.format_regex}", [spec.format_regex]
+    from vlforge.rl.rewards import inspect_reward
+
+    assert spec.reward_file is not None and spec.reward_function is not None
+    info = inspect_reward(spec.reward_file, spec.reward_function)
+    return f"{spec.reward_file}:{spec.reward_function}", info.patterns
+
+
+def _tags_text(tags: list[str]) -> str:
+    return ",".join(tags)
+
+
+def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
+    """The check of one run (see the module docstring)."""
+    from vlforge.models import resolve
+    from vlforge.vocab.audit import AuditOptions, run_audit
+    from vlforge.vocab.templates import probe_template
+    from vlforge.vocab.tokenizer import added_tokens, encode_tag
+
+    record = engine(spec.engine)
+    model_dir = resolve(spec.model)
+    tok_dir = spec.tokenizer or model_dir
+    tok = read_tokenizer_once(Path(tok_dir))
+    added = [content for content, _special in added_tokens(tok).values()]
+    reward, patterns = reward_patterns(spec)
+    tags = required_tags(spec, patterns, added)
+    template_text = spec.template_text if spec.template_text is not None else tok.chat_template
+    probe = probe_template(tok, template_text, spec.template_vars)
+    template_source = spec.sources.get("template_text") or spec.sources.get("template") or "the tokenizer's own"
+    if spec.template is not None:
+        template_source = str(spec.template)
+
+    audit = run_audit(AuditOptions(
+        model=model_dir, tokenizer=spec.tokenizer, tags=tags, template_text=template_text,
+        template_vars=spec.template_vars), tok=tok)
+    by_tag = {f.tag: f for f in audit.findings}
+    reports: list[TagReport] = []
+    for tag in tags:
+        enc = encode_tag(tok, tag)
+        finding = by_tag.get(tag)
+        reports.append(TagReport(
+            tag=tag, ids=enc.ids, pieces=enc.pieces, added=enc.added, special=enc.special,
+            stripped=spec.skip_special_tokens and enc.stripped_by_skip_special, prefilled=tag in probe.prefill,
+            verdict=finding.verdict if finding is not None else "unknown"))
+
+    problems: list[Problem] = []
+    notes = list(audit.notes)
+    model_ref = spec.model
+    untrained = [r.tag for r in reports if r.verdict == "untrained"]
+    template_untrained = [f.tag for f in audit.findings if f.role == "generated" and f.tag not in tags
+                          and f.verdict == "untrained"]
+    mapping = dict(audit.rewritten.mapping)
+    if untrained or template_untrained:
+        bad = untrained + template_untrained
+        alt = ", ".join(f"{k} -> {v}" for k, v in mapping.items() if k in bad)
+        problems.append(Problem(
+            kind="untrained", severity="error", tags=bad,
+            message=f"{_tags_text(bad)}: embedding rows never trained; the policy (almost) never emits "
+                    "them, so the format reward stays 0 for every completion",
+            fix=f"vlforge tokens fix --model {model_ref} --out FIXED --tags '{_tags_text(bad)}' (then train "
+                "embed_tokens / lm_head)" + (f"; or use trained tags ({alt}): --rewrite-out DIR writes the reward, "
+                                             "template and format prompt with them" if alt else "")))
+    weak = [r.tag for r in reports if r.verdict == "weak"]
+    if weak:
+        problems.append(Problem(
+            kind="weak", severity="warning", tags=weak,
+            message=f"{_tags_text(weak)}: embedding rows look weakly trained; the policy may rarely emit them",
+            fix=f"vlforge rl probe ... shows whether completions contain them; vlforge tokens fix --model {model_ref} "
+                f"--out FIXED --tags '{_tags_text(weak)}'"))
+    stripped = [r.tag for r in reports if r.stripped]
+    if stripped:
+        how = (f"set {record.skip_key}: false" if record.skip_key else
+               f"{spec.engine} always decodes with skip_special_tokens=True")
+        problems.append(Problem(
+            kind="stripped", severity="error", tags=stripped,
+            message=f"{_tags_text(stripped)}: special tokens, and {spec.engine} decodes completions with "
+                    "skip_special_tokens=True: the reward never sees them, every completion fails the format",
+            fix=f"{how}; or register them as non-special added tokens: --rewrite-out DIR writes DIR/tokenizer "
+                "with special=false for them (use it as the run's tokenizer)"))
+    prefilled = [r.tag for r in reports if r.prefilled]
+    optional = prefilled if len(prefilled) < len(tags) else []  # all pre-filled: an all-optional regex matches anything
+    if prefilled and record.reward_sees == "completion":
+        problems.append(Problem(
+            kind="prefilled", severity="error", tags=prefilled,
+            message=f"{_tags_text(prefilled)}: the chat template pre-fills them in the prompt "
+                    f"({probe.prefill!r}), and {spec.engine} scores the completion alone: a format that requires "
+                    "them there never matches what the model writes after the pre-fill",
+            fix=("make the pre-filled tag optional in the reward's regex (--rewrite-out DIR writes it), or render the "
+                 "template without the pre-fill" if optional else
+                 "the template pre-fills the whole format (e.g. Qwen3's enable_thinking=false): render it without "
+                 "the pre-fill (enable_thinking=true, or the run's chat_template_kwargs) or reward another format")))
+    elif prefilled:
+        notes.append(f"{_tags_text(prefilled)}: pre-filled by the template; {spec.engine} scores prompt + "
+                     "completion, so the reward sees them in the prompt part (and may match the prompt itself)")
+    if not tags:
+        problems.append(Problem(
+            kind="no-tags", severity="note", tags=[],
+            message=f"the reward ({reward}) names no tag in a regex: nothing to audit from the files",
+            fix="vlforge rl probe samples completions and scores them with the reward itself"))
+    verdict: Verdict = ("dead" if any(p.severity == "error" for p in problems)
+                        else "weak" if any(p.severity == "warning" for p in problems) else "ok")
+    report = CheckReport(
+        engine=spec.engine, model=str(spec.model), tokenizer=str(tok_dir), reward=reward, patterns=patterns,
+        skip_special_tokens=spec.skip_special_tokens, template=template_source, prefill=probe.prefill,
+        sources=spec.sources, tags=reports, problems=problems, audit=audit.model_dump(mode="json"),
+        verdict=verdict, exit_code=int(VERDICT_EXIT[verdict]), notes=notes)
+    if rewrite_out is not None:
+        from vlforge.rl.rewrite import write_rewrites
+
+        report.rewrites = write_rewrites(
+            rewrite_out, spec, tok_dir=Path(tok_dir), template_text=template_text,
+            mapping={k: v for k, v in mapping.items() if k in untrained + template_untrained},
+            optional=optional if record.reward_sees == "completion" else [], non_special=stripped)
+    return report

@@ -1,0 +1,138 @@
+"""``--rewrite-out DIR``: the run's files rewritten so that its format can be learnt.
+
+- tags whose rows are untrained -> the checked trained alternatives of the token audit (``<think>`` ->
+  ``<thinking>``), in the reward file's regexes (or the ``--format-regex``), the chat template and the format
+  prompt, together (the prompt must ask for the tags the reward checks);
+- a tag the template pre-fills -> optional at its first place in the reward's regexes (``^<think>`` ->
+  ``^(?:<think>)?``), so the completion after the pre-fill can match;
+- a special tag the engine's decode strips -> a copy of the tokenizer files with that added token non-special.
+
+Only the string constants that hold the patterns are edited in the reward file (found with :mod:`ast`); the
+rest of the file is copied as it is. ``DIR/rewrite.json`` lists each file and what changed.
+
+Example:
+    >>> optional_first("^<think>(?!.*<think>)(.*?)</think>", "<think>")
+    '^(?:<think>)?(?!.*<think>)(.*?)</think>'
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from vlforge.errors import ConfigError
+from vlforge.outputs import atomic_write_bytes, atomic_write_json, atomic_write_text, check_output_dir
+from vlforge.rl.spec import RunSpec
+from vlforge.vocab.templates import rewrite
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "special_tokens_map.json",
+                   "added_tokens.json", "chat_template.jinja", "chat_template.json")
+
+
+def optional_first(pattern: str, tag: str) -> str:
+    """``pattern`` with the first occurrence of ``tag`` made optional."""
+    at = pattern.find(tag)
+    if at < 0:
+        return pattern
+    return pattern[:at] + f"(?:{tag})?" + pattern[at + len(tag):]
+
+
+def _edit_pattern(text: str, mapping: dict[str, str], optional: list[str]) -> str:
+    text = rewrite(text, mapping)
+    for tag in optional:
+        text = optional_first(text, mapping.get(tag, tag))
+    return text
+
+
+def _offset(lines: list[str], line: int, column: int) -> int:
+    """Character offset of (1-based line, UTF-8 byte column) in the joined source."""
+    before = sum(len(x) for x in lines[: line - 1])
+    return before + len(lines[line - 1].encode()[:column].decode(errors="ignore"))
+
+
+def rewrite_reward_file(source: str, spans: list[tuple[int, int, int, int]], mapping: dict[str, str],
+                        optional: list[str]) -> str:
+    """The reward file with only its pattern constants (``spans`` from :func:`~vlforge.rl.rewards.inspect_reward`)
+    rewritten."""
+    lines = source.splitlines(keepends=True)
+    out = source
+    for line, col, end_line, end_col in sorted(spans, reverse=True):
+        start, end = _offset(lines, line, col), _offset(lines, end_line, end_col)
+        out = out[:start] + _edit_pattern(out[start:end], mapping, optional) + out[end:]
+    return out
+
+
+def non_special_tokenizer(src: Path, dst: Path, tags: list[str]) -> None:
+    """Copy the tokenizer files of ``src`` to ``dst`` with the added tokens ``tags`` marked non-special."""
+    dst.mkdir(parents=True, exist_ok=True)
+    copied = False
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            atomic_write_bytes(dst / name, (src / name).read_bytes(), writer="rl check")
+            copied = True
+    if not copied:
+        raise ConfigError(f"{src}: no tokenizer files to rewrite")
+    tok = dst / "tokenizer.json"
+    if tok.is_file():
+        data = json.loads(tok.read_text())
+        for entry in data.get("added_tokens", []):
+            if entry.get("content") in tags:
+                entry["special"] = False
+        atomic_write_text(tok, json.dumps(data, ensure_ascii=False), writer="rl check")
+    cfg = dst / "tokenizer_config.json"
+    if cfg.is_file():
+        data = json.loads(cfg.read_text())
+        for entry in (data.get("added_tokens_decoder") or {}).values():
+            if entry.get("content") in tags:
+                entry["special"] = False
+        for key in ("additional_special_tokens", "extra_special_tokens"):
+            if isinstance(data.get(key), list):
+                data[key] = [t for t in data[key] if (t.get("content") if isinstance(t, dict) else t) not in tags]
+        atomic_write_text(cfg, json.dumps(data, ensure_ascii=False, indent=1), writer="rl check")
+    smap = dst / "special_tokens_map.json"
+    if smap.is_file():
+        data = json.loads(smap.read_text())
+        if isinstance(data.get("additional_special_tokens"), list):
+            data["additional_special_tokens"] = [
+                t for t in data["additional_special_tokens"] if (t.get("content") if isinstance(t, dict) else t) not in tags]
+        atomic_write_text(smap, json.dumps(data, ensure_ascii=False, indent=1), writer="rl check")
+
+
+def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: str | None, mapping: dict[str, str],
+                   optional: list[str], non_special: list[str]) -> dict[str, str]:
+    """Write the rewritten files into ``out``; return ``{file: what changed}`` (also ``out/rewrite.json``)."""
+    from vlforge.rl.rewards import inspect_reward
+
+    written: dict[str, str] = {}
+    if not (mapping or optional or non_special):
+        raise ConfigError("--rewrite-out: nothing to rewrite (no untrained, pre-filled or stripped tag)")
+    check_output_dir(out, flag="--rewrite-out", mode="replace")
+    out.mkdir(parents=True, exist_ok=True)
+    change = "; ".join(filter(None, [
+        ", ".join(f"{k} -> {v}" for k, v in mapping.items()),
+        ", ".join(f"{mapping.get(t, t)} optional at its first place" for t in optional)]))
+    if mapping or optional:
+        if spec.format_regex is not None:
+            path = out / "format_regex.txt"
+            atomic_write_text(path, _edit_pattern(spec.format_regex, mapping, optional) + "\n", writer="rl check")
+            written[str(path)] = change
+        else:
+            assert spec.reward_file is not None and spec.reward_function is not None
+            info = inspect_reward(spec.reward_file, spec.reward_function)
+            path = out / spec.reward_file.name
+            atomic_write_text(path, rewrite_reward_file(spec.reward_file.read_text(), info.spans, mapping, optional),
+                              writer="rl check")
+            written[str(path)] = change
+    if mapping and template_text is not None and any(k in template_text for k in mapping):
+        path = out / "chat_template.jinja"
+        atomic_write_text(path, rewrite(template_text, mapping), writer="rl check")
+        written[str(path)] = ", ".join(f"{k} -> {v}" for k, v in mapping.items() if k in template_text)
+    if mapping and spec.format_prompt is not None and any(k in spec.format_prompt for k in mapping):
+        path = out / "format_prompt.jinja"
+        atomic_write_text(path, rewrite(spec.format_prompt, mapping), writer="rl check")
+        written[str(path)] = ", ".join(f"{k} -> {v}" for k, v in mapping.items() if k in spec.format_prompt)
+    if non_special:
+        non_special_tokenizer(tok_dir, out / "tokenizer", non_special)
+        written[str(out / "tokenizer")] = f"{', '.join(non_special)} registered as non-special added tokens"
+    atomic_write_json(out / "rewrite.json", {"files": written}, writer="rl check")
+    return written

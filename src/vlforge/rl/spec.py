@@ -1,0 +1,191 @@
+"""What a GRPO run will use, resolved once before any work: the flags over the engine's config file over the
+engine's defaults, each value with where it came from. No torch, no transformers.
+
+Example:
+    >>> spec = resolve(RunRequest(model="tiny:qwen3_vl", format_regex=r"^<think>.*</think>"))
+    >>> spec.engine, spec.skip_special_tokens, spec.sources["skip_special_tokens"]
+    ('trl', True, 'trl decodes with skip_special_tokens=True')
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from vlforge.errors import ConfigError
+from vlforge.rl.engines import ENGINES, engine
+from vlforge.strict import StrictModel
+
+
+class RunRequest(StrictModel):
+    """The run as the flags give it (None: from --config, else the engine's default)."""
+
+    engine: str | None = None
+    config: Path | None = None
+    model: str | None = None
+    tokenizer: Path | None = None
+    template: Path | None = None
+    template_vars: dict[str, Any] = Field(default_factory=dict)
+    format_prompt: Path | None = None
+    prompts: Path | None = None
+    prompt_key: str | None = None
+    answer_key: str | None = None
+    reward: str | None = None
+    reward_paths: list[Path] = Field(default_factory=list)
+    reward_kwargs: dict[str, Any] = Field(default_factory=dict)
+    format_regex: str | None = None
+    skip_special_tokens: bool | None = None
+
+
+class RunSpec(StrictModel):
+    """The run, resolved."""
+
+    engine: str
+    model: str
+    tokenizer: Path | None = None
+    template: Path | None = None
+    template_text: str | None = None
+    """The chat template to use (None: the tokenizer's own)."""
+    template_vars: dict[str, Any] = Field(default_factory=dict)
+    format_prompt: str | None = None
+    """EasyR1's format prompt (jinja, rendered with ``content``)."""
+    prompts: Path | None = None
+    prompt_key: str | None = None
+    answer_key: str | None = None
+    image_key: str | None = None
+    reward_file: Path | None = None
+    reward_function: str | None = None
+    reward_kwargs: dict[str, Any] = Field(default_factory=dict)
+    reward_paths: list[Path] = Field(default_factory=list)
+    format_regex: str | None = None
+    skip_special_tokens: bool
+    samples: int | None = None
+    max_new_tokens: int | None = None
+    temperature: float = 1.0
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Where each value came from: a flag, ``FILE:key`` of the config, or the engine's default."""
+
+
+def _reward_ref(text: str, default_function: str | None) -> tuple[Path, str]:
+    """``FILE:FUNCTION`` (FUNCTION: the engine's default name when omitted)."""
+    file, sep, function = text.rpartition(":")
+    if not sep or "/" in function or function.endswith(".py"):
+        file, function = text, default_function or ""
+    if not function:
+        raise ConfigError(f"--reward {text!r}: name the function, FILE:FUNCTION")
+    return Path(file).expanduser(), function
+
+
+def resolve(request: RunRequest) -> RunSpec:
+    """Flags over the config file over the engine's defaults; the files named are checked here (no torch)."""
+    from vlforge.rl.rewards import inspect_reward, resolve_module_function
+
+    found: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    if request.config is not None:
+        if request.engine is None:
+            raise ConfigError("--config needs --engine (verl, easyr1 or trl): the keys mean different things in each")
+        if not request.config.is_file():
+            raise ConfigError(f"--config {request.config}: not found")
+        engine(request.engine)
+        from vlforge.rl.configs import read_engine_config
+
+        found = read_engine_config(request.engine, request.config)
+        sources.update(found.pop("sources"))
+    flags = {"model": request.model, "tokenizer": request.tokenizer, "template": request.template,
+             "prompts": request.prompts, "prompt_key": request.prompt_key, "answer_key": request.answer_key,
+             "format_regex": request.format_regex, "skip_special_tokens": request.skip_special_tokens}
+    for key, value in flags.items():
+        if value is not None:
+            found[key] = value
+            sources[key] = "flag"
+    if request.template_vars:
+        found["template_vars"] = {**found.get("template_vars", {}), **request.template_vars}
+        sources["template_vars"] = "flag"
+    if request.template is not None:
+        found.pop("template_text", None)
+    if request.format_prompt is not None:
+        found["format_prompt"] = request.format_prompt
+        sources["format_prompt"] = "flag"
+    if request.reward is not None and request.format_regex is not None:
+        raise ConfigError("--reward and --format-regex: give one (the reward file's own regexes are read from it)")
+    if request.reward_kwargs:
+        found["reward_kwargs"] = {**found.get("reward_kwargs", {}), **request.reward_kwargs}
+        sources["reward_kwargs"] = "flag"
+
+    # the reward: a flag, the config's file:function, or TRL's reward_funcs reference
+    reward_ref = found.pop("reward_ref", None)
+    name = request.engine
+    if request.reward is not None:
+        file, function = _reward_ref(request.reward, ENGINES[name].default_function if name in ENGINES else None)
+        found["reward_file"], found["reward_function"] = file, function
+        sources["reward_file"] = sources["reward_function"] = "flag"
+    elif reward_ref is not None and "format_regex" not in found:
+        found["reward_file"], found["reward_function"] = resolve_module_function(
+            reward_ref, [Path.cwd(), *request.reward_paths])
+    if found.get("reward_file") is not None and found.get("format_regex") is not None and request.reward is None:
+        found.pop("reward_file"), found.pop("reward_function", None)  # --format-regex replaces the config's reward
+    info = None
+    if found.get("reward_file") is not None:
+        info = inspect_reward(Path(found["reward_file"]), found["reward_function"])
+        if name is None:
+            name = info.signature
+            if name is None:
+                raise ConfigError(f"--reward {info.file}:{info.function}: its parameters ({', '.join(info.params)}) "
+                                  "match no engine's reward signature; pass --engine")
+            sources["engine"] = f"the signature of {info.function}({', '.join(info.params)})"
+    if name is None:
+        name = "trl"
+        sources["engine"] = "default (trl: the engine that shares vlforge's environment)"
+    else:
+        sources.setdefault("engine", "flag")
+    record = engine(name)
+    if "model" not in found:
+        raise ConfigError("no model: pass --model (a checkpoint directory or tiny:FAMILY)"
+                          + (" or name it in --config" if request.config else ""))
+    if found.get("reward_file") is None and found.get("format_regex") is None:
+        hint = (" (verl's config names no custom_reward_function: verl then scores with its built-in "
+                "default_compute_score by data_source; pass that scorer's file, e.g. --reward "
+                "SITE-PACKAGES/verl/utils/reward_score/geo3k.py:compute_score)" if name == "verl" else "")
+        raise ConfigError("no reward: pass --reward FILE:FUNCTION or --format-regex RE" + hint)
+    if found.get("format_regex") is not None:
+        try:
+            re.compile(found["format_regex"])
+        except re.error as error:
+            raise ConfigError(f"--format-regex {found['format_regex']!r}: does not compile ({error})") from None
+    if "skip_special_tokens" not in found:
+        found["skip_special_tokens"] = record.skip_special_tokens
+        sources["skip_special_tokens"] = f"{name} decodes with skip_special_tokens={record.skip_special_tokens}"
+    for key in ("template", "format_prompt"):
+        path = found.get(key)
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"--{key.replace('_', '-')} {path}: not found"
+                              + (f" (from {sources[key]})" if sources.get(key, "flag") != "flag" else ""))
+    if found.get("format_prompt") is not None:
+        found["format_prompt"] = Path(found["format_prompt"]).read_text()
+    if found.get("template") is not None:
+        found["template_text"] = Path(found["template"]).read_text()
+    if found.get("tokenizer") is not None and not Path(found["tokenizer"]).is_dir():
+        raise ConfigError(f"--tokenizer {found['tokenizer']}: not a directory")
+    if found.get("prompts") is not None:
+        from vlforge.rl.prompts import PROMPT_KEYS, check_prompts_file
+
+        check_prompts_file(Path(found["prompts"]), found.get("prompt_key") or PROMPT_KEYS[name])
+    if (info is not None and name == "verl" and sources.get("reward_file", "flag") != "flag"
+            and not (info.var_keyword or "solution_str" in info.params)):
+        raise ConfigError(f"{sources['reward_file']}: verl calls a custom_reward_function as {info.function}("
+                          f"data_source=, solution_str=, ground_truth=, extra_info=); {info.function}"
+                          f"({', '.join(info.params)}) cannot take them")
+    if info is not None and name == "trl" and info.signature not in (None, "trl"):
+        raise ConfigError(f"--reward {info.file}:{info.function}: its parameters ({', '.join(info.params)}) are "
+                          f"{info.signature}'s signature, not trl's; pass --engine {info.signature}")
+    from vlforge.models.refs import check_model_ref
+
+    check_model_ref(found["model"])
+    found.setdefault("samples", None)
+    spec = RunSpec(engine=name, sources=sources, reward_paths=request.reward_paths,
+                   **{k: v for k, v in found.items() if k in RunSpec.model_fields and v is not None})
+    return spec

@@ -1,0 +1,176 @@
+"""``vlforge rl check`` on each failure mode, with the engines' own files: verl's config YAML and reward scorer
+(its peer venv), TRL's own reward and config fields, EasyR1's config layout, OpenRLHF's reward signature."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import invoke, trl_reward_file
+
+
+def _problems(report: dict) -> dict:
+    return {p["kind"]: p for p in report["problems"]}
+
+
+def test_untrained_tags_of_trls_own_reward_are_dead_and_the_rewrite_passes(rewritten_trl, base) -> None:
+    code, report, out = rewritten_trl
+    assert code == 3 and report["exit_code"] == 3 and report["verdict"] == "dead"
+    assert [(t["tag"], t["ids"], t["verdict"]) for t in report["tags"]] == [
+        ("<think>", [151667], "untrained"), ("</think>", [151668], "untrained")]
+    fix = _problems(report)["untrained"]["fix"]
+    assert "vlforge tokens fix --model" in fix and "<think> -> <thinking>" in fix
+    rewritten = out / "format_rewards.py"
+    text = rewritten.read_text()
+    assert r"^<thinking>(?!.*<thinking>)(.*?)</thinking>.*$" in text
+    assert '"<think>"' in text  # the docstring is copied as it was: only the pattern changed
+    code, stdout, _ = invoke("rl", "check", "--model", base, "--reward", f"{rewritten}:think_format_reward", "--json")
+    again = json.loads(stdout)
+    assert code == 0 and again["verdict"] == "ok" and again["engine"] == "trl"
+    assert again["sources"]["engine"].startswith("the signature of think_format_reward")
+
+
+def test_verl_own_config_and_geo3k_scorer(base, verl_parquet, verl_site, tmp_path) -> None:
+    config = yaml.safe_load((verl_site / "verl/trainer/config/_generated_ppo_trainer.yaml").read_text())
+    config["actor_rollout_ref"]["model"]["path"] = str(base)
+    config["data"]["train_files"] = str(verl_parquet)
+    config["actor_rollout_ref"]["rollout"]["n"] = 4
+    path = tmp_path / "ppo.yaml"
+    path.write_text(yaml.safe_dump(config))
+    geo3k = verl_site / "verl/utils/reward_score/geo3k.py"
+    argv = ["rl", "check", "--engine", "verl", "--config", path, "--reward-path", verl_site, "--json"]
+    code, stdout, stderr = invoke(*argv)  # the config names no custom_reward_function: verl's built-in scorer
+    assert code == 2 and "default_compute_score" in stderr
+    custom = {**config, "reward": {**config["reward"], "custom_reward_function": {"path": str(geo3k),
+                                                                                 "name": "compute_score"}}}
+    (tmp_path / "custom.yaml").write_text(yaml.safe_dump(custom))  # verl would call it with keywords it lacks
+    code, _, stderr = invoke("rl", "check", "--engine", "verl", "--config", tmp_path / "custom.yaml")
+    assert code == 2 and "custom.yaml:reward.custom_reward_function.path: verl calls" in stderr
+    code, stdout, stderr = invoke(*argv, "--reward", f"{geo3k}:compute_score", "--rewrite-out", tmp_path / "fix")
+    report = json.loads(stdout)
+    assert code == 3 and report["engine"] == "verl" and report["skip_special_tokens"] is True
+    assert report["sources"]["model"] == "ppo.yaml:actor_rollout_ref.model.path"
+    assert {t["tag"]: t["verdict"] for t in report["tags"]} == {"<think>": "untrained", "</think>": "untrained"}
+    assert "error:" in stderr and "never trained" in stderr
+    fixed = tmp_path / "fix" / "geo3k.py"
+    assert r'"<thinking>.*</thinking>.*\\boxed\{.*\}.*"' in fixed.read_text()
+    code, stdout, _ = invoke("rl", "check", "--engine", "verl", "--config", path, "--reward-path", verl_site,
+                             "--reward", f"{fixed}:compute_score", "--json")
+    assert code == 0, stdout
+
+
+def test_special_tags_stripped_by_the_decode(special_think, tmp_path) -> None:
+    regex = ["--format-regex", "^<think>.*</think>"]
+    code, stdout, _ = invoke("rl", "check", "--model", special_think, "--engine", "verl", *regex,
+                             "--rewrite-out", tmp_path / "fix", "--json")
+    report = json.loads(stdout)
+    assert code == 3 and set(_problems(report)) == {"stripped"}
+    assert all(t["stripped"] and t["special"] == [True] for t in report["tags"])
+    assert "always decodes with skip_special_tokens=True" in _problems(report)["stripped"]["fix"]
+    code, stdout, _ = invoke("rl", "check", "--model", special_think, "--engine", "verl", *regex,
+                             "--keep-special-tokens", "--json")
+    assert code == 0 and json.loads(stdout)["sources"]["skip_special_tokens"] == "flag"
+    code, stdout, _ = invoke("rl", "check", "--model", special_think, "--engine", "openrlhf", *regex, "--json")
+    assert code == 0 and json.loads(stdout)["skip_special_tokens"] is False  # OpenRLHF keeps special tokens
+    tok = json.loads((tmp_path / "fix" / "tokenizer" / "tokenizer.json").read_text())
+    assert {t["content"]: t["special"] for t in tok["added_tokens"]}["<think>"] is False
+    code, stdout, _ = invoke("rl", "check", "--model", special_think, "--engine", "verl", *regex,
+                             "--tokenizer", tmp_path / "fix" / "tokenizer", "--json")
+    assert code == 0, stdout
+
+
+def test_prefilled_think_makes_trls_format_unsatisfiable(tiny_checkpoint, r1_template, tmp_path) -> None:
+    model = tiny_checkpoint("qwen3_vl")
+    reward = f"{trl_reward_file('think_format_reward')}:think_format_reward"
+    code, stdout, _ = invoke("rl", "check", "--model", model, "--reward", reward, "--template", r1_template,
+                             "--rewrite-out", tmp_path / "fix", "--json")
+    report = json.loads(stdout)
+    assert code == 3 and set(_problems(report)) == {"prefilled"}, report["problems"]
+    assert report["prefill"].endswith("<think>\n")
+    assert [(t["tag"], t["prefilled"]) for t in report["tags"]] == [("<think>", True), ("</think>", False)]
+    fixed = tmp_path / "fix" / "format_rewards.py"
+    assert r"^(?:<think>)?(?!.*<think>)(.*?)</think>.*$" in fixed.read_text()  # TRL issue 6966's fix
+    code, stdout, _ = invoke("rl", "check", "--model", model, "--reward", f"{fixed}:think_format_reward",
+                             "--template", r1_template, "--json")
+    assert code == 0, stdout
+    # with an all-prefilled format: Qwen3's enable_thinking=false through TRL's own config field
+    config = tmp_path / "grpo.yaml"
+    config.write_text(yaml.safe_dump({"model_name_or_path": str(model), "reward_funcs": ["think_format_reward"],
+                                      "num_generations": 4, "chat_template_kwargs": {"enable_thinking": False}}))
+    code, stdout, _ = invoke("rl", "check", "--engine", "trl", "--config", config, "--json")
+    report = json.loads(stdout)
+    assert code == 3 and "pre-fills the whole format" in _problems(report)["prefilled"]["fix"]
+    assert report["sources"]["template_vars"] == "grpo.yaml:chat_template_kwargs"
+
+
+def test_prefill_rewrite_makes_the_opening_tag_optional(tiny_checkpoint, r1_template, tmp_path) -> None:
+    model = tiny_checkpoint("qwen3_vl")
+    code, stdout, _ = invoke("rl", "check", "--model", model, "--format-regex", r"^<think>.*</think>",
+                             "--template", r1_template, "--rewrite-out", tmp_path / "fix", "--json")
+    assert code == 3 and set(_problems(json.loads(stdout))) == {"prefilled"}
+    regex = (tmp_path / "fix" / "format_regex.txt").read_text().strip()
+    assert regex == r"^(?:<think>)?.*</think>"
+    code, stdout, _ = invoke("rl", "check", "--model", model, "--format-regex", regex, "--template", r1_template,
+                             "--json")
+    assert code == 0, stdout
+
+
+EASYR1_REWARD = '''import re
+
+REWARD_NAME = "math"
+REWARD_TYPE = "batch"
+
+
+def compute_score(reward_inputs, format_weight=0.1):
+    out = []
+    for item in reward_inputs:
+        fmt = 1.0 if re.fullmatch(r"<think>.*</think>.*\\\\boxed\\{.*\\}.*", item["response"], re.DOTALL) else 0.0
+        out.append({"overall": format_weight * fmt, "format": fmt})
+    return out
+'''
+
+
+def test_easyr1_config_layout(base, prompts, tmp_path) -> None:
+    (tmp_path / "math.py").write_text(EASYR1_REWARD)
+    (tmp_path / "math.jinja").write_text("{{ content | trim }} Think inside <think> </think> tags, then answer "
+                                         "in \\boxed{}.")
+    config = {"data": {"train_files": f"{prompts}@train", "prompt_key": "prompt", "answer_key": "answer",
+                       "format_prompt": "math.jinja", "max_response_length": 64},
+              "worker": {"actor": {"model": {"model_path": str(base)}}, "rollout": {"n": 4},
+                         "reward": {"reward_function": "math.py:compute_score", "skip_special_tokens": False}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    code, stdout, _ = invoke("rl", "check", "--engine", "easyr1", "--config", tmp_path / "config.yaml",
+                             "--rewrite-out", tmp_path / "fix", "--json")
+    report = json.loads(stdout)
+    assert code == 3 and set(_problems(report)) == {"untrained"}
+    assert report["skip_special_tokens"] is False
+    assert report["sources"]["skip_special_tokens"] == "config.yaml:worker.reward.skip_special_tokens"
+    assert "<thinking> </thinking> tags" in (tmp_path / "fix" / "format_prompt.jinja").read_text()
+    assert "<thinking>.*</thinking>" in (tmp_path / "fix" / "math.py").read_text()
+    written = json.loads((tmp_path / "fix" / "rewrite.json").read_text())["files"]
+    assert sorted(Path(p).name for p in written) == ["chat_template.jinja", "format_prompt.jinja", "math.py"]
+
+
+def test_openrlhf_reward_signature_is_recognised(tiny_checkpoint, r1_template, tmp_path) -> None:
+    (tmp_path / "rm.py").write_text(
+        "import re\n\ndef reward_func(queries, prompts, labels):\n"
+        "    return {'rewards': [float(bool(re.search(r'<think>.*</think>', q, re.S))) for q in queries]}\n")
+    code, stdout, _ = invoke("rl", "check", "--model", tiny_checkpoint("qwen3_vl"), "--reward",
+                             f"{tmp_path / 'rm.py'}:reward_func", "--template", r1_template, "--json")
+    report = json.loads(stdout)
+    assert code == 0 and report["engine"] == "openrlhf" and report["skip_special_tokens"] is False
+    assert any("scores prompt + completion" in n for n in report["notes"])  # pre-filled <think> is in the query
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--engine", "verl", "--config", "missing.yaml"], "--config missing.yaml: not found"),
+    (["--format-regex", "(<think>"], "does not compile"),
+    (["--reward", "nope.py:f"], "--reward nope.py: not found"),
+])
+def test_bad_input_is_one_line(argv, message, tiny_checkpoint, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, _, stderr = invoke("rl", "check", "--model", tiny_checkpoint("qwen3_vl"), *argv)
+    assert code == 2 and message in stderr and len(stderr.strip().splitlines()) == 1
