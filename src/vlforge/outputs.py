@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -128,11 +129,12 @@ def _umask() -> int:
     return mask
 
 
-def write_failure(error: BaseException) -> str | None:
+def write_failure(error: BaseException, *, no_room_only: bool = False) -> str | None:
     """The OS error behind a failed write as one line (``[Errno 28] No space left on device``), or None when
     ``error`` is not one. Looks through exception chains (torch's serializer reports a short write as a
     ``RuntimeError`` whose context is the ``OSError``), ``torch.distributed.checkpoint``'s per-rank failures and
-    safetensors' I/O errors."""
+    safetensors' I/O errors. ``no_room_only`` (an error from anywhere, not from a write): only the errors that
+    mean there is no room to write (a full disk or quota, a file-size limit, a read-only filesystem)."""
     seen: set[int] = set()
     found_short = None
     pending: list[BaseException] = [error]
@@ -141,7 +143,7 @@ def write_failure(error: BaseException) -> str | None:
         if id(current) in seen:
             continue
         seen.add(id(current))
-        if isinstance(current, OSError):
+        if isinstance(current, OSError) and (not no_room_only or current.errno in NO_ROOM):
             return f"[Errno {current.errno}] {current.strerror}" if current.errno else str(current)
         if type(current).__name__ == "SafetensorError" and "I/O error" in str(current):
             return str(current).strip().splitlines()[0]
@@ -157,6 +159,8 @@ def write_failure(error: BaseException) -> str | None:
     return f"a short write ({found_short})" if found_short else None
 
 
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+"""OS errors that mean a write found no room."""
 _SHORT_WRITE = ("unexpected pos", "failed writing file")
 """What torch's serializer says when a write came up short (a full disk, a file-size limit)."""
 

@@ -5,6 +5,7 @@ how a failed write is named. The same policies through the real CLI: test_traine
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import math
 import os
@@ -14,10 +15,13 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
+from trainkit import free_port, train_env
 
+import warmstart
 from vlforge.config.schema import TrainingConfig
 from vlforge.dist import init_distributed
 from vlforge.errors import ExitCode
@@ -176,6 +180,9 @@ def test_a_failed_write_is_named_by_its_os_error():
     assert write_failure(chained) == "[Errno 27] File too large"
     assert write_failure(RuntimeError("unexpected pos 704 vs 598")).startswith("a short write (")
     assert write_failure(ValueError("not a write")) is None
+    assert write_failure(FileNotFoundError(2, "No such file or directory"), no_room_only=True) is None
+    assert write_failure(OSError(28, "No space left on device"), no_room_only=True) == \
+        "[Errno 28] No space left on device"
 
 
 def test_stop_signal_keys_are_validated():
@@ -183,3 +190,70 @@ def test_stop_signal_keys_are_validated():
     assert TrainingConfig(stop_signals="SIGUSR1").stop_signals == ["SIGUSR1"]
     with pytest.raises(ValueError, match="SIGKILL"):
         TrainingConfig(stop_signals=["SIGKILL"])
+
+
+SPREAD = """
+import json, math, os, sys
+import torch, torch.distributed as dist
+sys.path[:0] = [{tests!r}, {tests!r} + "/.."]  # this module and what it imports (trainkit, warmstart)
+from test_trainer_guards import _model, _same, _state
+from vlforge.config.schema import TrainingConfig
+from vlforge.dist import init_distributed
+from vlforge.train.guards import StepGuard
+
+ctx = init_distributed()
+rank = ctx.rank
+layer, optimizer = _model(True)
+guard = StepGuard(TrainingConfig(max_nonfinite_steps=1), ctx, optimizer)
+for step in (1, 2):  # step 1 finite everywhere, step 2 infinite on rank 1 only (with a finite gradient)
+    optimizer.zero_grad(set_to_none=True)
+    before = _state(layer, optimizer)
+    loss = layer(torch.ones(1, 3)).sum() + (math.inf if rank == 1 and step == 2 else 0.0)
+    objective = loss * guard.objective_scale(loss.detach())  # the trainer's last micro-batch
+    objective.backward()
+    for param in layer.parameters():  # the trainer's replicated path: gradients summed over ranks
+        dist.all_reduce(param.grad)
+    norm = torch.nn.utils.clip_grad_norm_(layer.parameters(), float("inf"))
+    guard.apply(optimizer, [loss.detach()], torch.tensor(2.0), norm, step=step, names=[[f"rank{{rank}}.jsonl:line {{step}}"]])
+    error = guard.settle()
+with open(os.path.join({out!r}, f"rank-{{rank}}.json"), "w") as handle:
+    json.dump([_same(before, _state(layer, optimizer)), str(error)], handle)
+ctx.close()
+"""
+
+
+@pytest.mark.slow
+def test_a_loss_that_is_not_finite_on_one_rank_skips_the_step_on_every_rank(tmp_path):
+    """Without the guard's scale, rank 0 would apply the step and rank 1 skip it: the replicas would differ."""
+    script = tmp_path / "spread.py"
+    script.write_text(SPREAD.format(tests=str(Path(__file__).parent), out=str(tmp_path)))
+    proc = subprocess.run([warmstart.python(), "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", str(free_port()), str(script)], env=train_env(), capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
+    assert results[0][0] and results[1][0]  # neither rank applied it: the weights stay equal everywhere
+    assert results[0][1] == results[1][1]  # the same line on both ranks, naming rank 1's sample
+    assert results[0][1].startswith("step 2: loss inf, grad norm nan: not finite in 1 step(s) in a row")
+    assert "the weights are those of step 1; samples with a non-finite loss: rank1.jsonl:line 2;" in results[0][1]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available())")
+def test_on_cuda_the_fused_step_is_skipped_on_the_device_and_read_at_the_next_sync():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 2).cuda()
+    optimizer = torch.optim.AdamW(layer.parameters(), lr=0.1, weight_decay=0.1, fused=True)
+    guard = StepGuard(TrainingConfig(max_nonfinite_steps=2), init_distributed(device=torch.device("cuda")), optimizer)
+    assert not guard.every_step  # one process on an accelerator: no host read per step
+    for step, poison in ((1, 0.0), (2, math.nan), (3, math.nan)):
+        if step == 2:
+            applied = _state(layer, optimizer)
+        optimizer.zero_grad(set_to_none=True)
+        loss = layer(torch.full((1, 3), 1.0 + poison, device="cuda")).pow(2).mean()
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(layer.parameters(), float("inf"))
+        guard.apply(optimizer, [loss.detach()], torch.tensor(1.0, device="cuda"), norm, step=step, names=[[]])
+        assert guard.settle() is None  # not read yet
+    assert _same(applied, _state(layer, optimizer))
+    assert str(guard.settle(force=True)).startswith("step 3: loss nan, grad norm nan: not finite in 2 step(s)")

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 
 from vlforge import outputs
 from vlforge.dist import DistContext
@@ -225,8 +226,6 @@ def save_checkpoint(output_dir: Path, step: int, ctx: DistContext, model: torch.
 def _agreed(ctx: DistContext, part: Any, where: Path, final: Path) -> None:
     """Run ``part`` of a checkpoint write on every rank, then agree (a collective, in place of a barrier): when a
     write failed on any rank, rank 0 removes the staging directory and every rank raises the same error."""
-    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
-
     failure = None
     try:
         part()

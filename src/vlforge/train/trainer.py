@@ -73,7 +73,7 @@ from vlforge.train.sp import (
     sp_token_loss_sum,
 )
 from vlforge.train.sp_linear import split_linear_attention
-from vlforge.train.watchdog import Heartbeats, RankLostError
+from vlforge.train.watchdog import Heartbeats, RankLostError, in_step
 
 logger = logging.getLogger(__name__)
 
@@ -512,25 +512,26 @@ class Trainer:
                 return self._train(stops, beats)
             except VlforgeError:
                 raise
-            except Exception as error:
+            except (Exception, ckpt.CheckpointException) as error:
                 raise self._explained(error, beats) from error
 
-    def _explained(self, error: Exception, beats: Heartbeats) -> Exception:
+    def _explained(self, error: BaseException, beats: Heartbeats) -> BaseException:
         """A failed collective whose cause is another rank, or a failed write, as one line; else ``error`` itself."""
         lost = beats.lost() if self.ctx.distributed else None
         if lost is not None:
-            return RankLostError(f"{lost}: rank {self.ctx.rank} stops in step {self.step + 1} (its collective "
+            return RankLostError(f"{lost}: rank {self.ctx.rank} stops {in_step(beats.step)} (its collective "
                                  f"failed: {_collective_line(error)}); {self._newest()}")
-        found = write_failure(error)
+        found = write_failure(error, no_room_only=True)
         if found is not None:
             where = f" {error.filename}" if isinstance(error, OSError) and error.filename else ""
-            return WriteError(f"writing{where} failed in step {self.step + 1}: {found}; {self._newest()}")
+            return WriteError(f"writing{where} failed {in_step(beats.step)}: {found}; {self._newest()}")
         return error
 
     def _train(self, stops: StopSignals, beats: Heartbeats) -> RunResult:
         cfg, ctx = self.cfg, self.ctx
         if not self.ready:
             self.setup()
+        beats.step = self.step + 1
         result = RunResult(self.output_dir, self.step, resumed_from=self.resumed_from)
         log_every = cfg.logging.logging_steps
         eval_every = cfg.training.eval_steps if cfg.training.eval_strategy == "steps" else None

@@ -45,6 +45,11 @@ class RankLostError(VlforgeError):
     exit_code = ExitCode.ENVIRONMENT
 
 
+def in_step(step: int) -> str:
+    """``in step N`` (the optimiser step in progress), or ``while starting`` before the first one."""
+    return f"in step {step}" if step > 0 else "while starting"
+
+
 def parse_beat(value: bytes | str) -> tuple[int, int, str, str]:
     """(beat, step, state, message) of a heartbeat key's value."""
     text = value.decode() if isinstance(value, bytes) else value
@@ -159,7 +164,7 @@ class Heartbeats:
         for rank, (value, since) in sorted(self._seen.items()):
             _, step, state, _ = parse_beat(value)
             if state == "run" and now - since >= seconds:
-                return f"rank {rank} stopped responding in step {step} (no heartbeat for {now - since:.0f} s)"
+                return f"rank {rank} stopped responding {in_step(step)} (no heartbeat for {now - since:.0f} s)"
         return None
 
     def _ended(self) -> str | None:
@@ -168,14 +173,14 @@ class Heartbeats:
         for rank, (value, _) in sorted(self._seen.items()):
             _, step, state, message = parse_beat(value)
             if state == "failed":
-                return f"rank {rank} failed in step {step} ({message})"
+                return f"rank {rank} failed {in_step(step)} ({message})"
             if state == "done" and ended is None:
-                ended = f"rank {rank} ended in step {step}"
+                ended = f"rank {rank} ended {in_step(step)}"
         return ended
 
     def _exit(self, what: str) -> None:
-        logger.error("%s, training.rank_timeout = %g s: rank %d stops in step %d; %s", what, self.timeout,
-                     self.ctx.rank, self.step, self.newest() if self.newest else "its checkpoints are kept")
+        logger.error("%s, training.rank_timeout = %g s: rank %d stops %s; %s", what, self.timeout, self.ctx.rank,
+                     in_step(self.step), self.newest() if self.newest else "its checkpoints are kept")
         for handler in logging.getLogger("vlforge").handlers:
             with contextlib.suppress(Exception):
                 handler.flush()
