@@ -1,20 +1,26 @@
 """Heartbeats between the processes of a run: a rank that dies or stalls ends the others in bounded time.
 
 Each rank's :class:`Heartbeats` thread writes ``BEAT STEP STATE`` under its own key of the process group's c10d
-store (torchrun's TCPStore) every ``interval`` seconds and reads the other ranks' keys. Time is measured on this
-host only (since a key last changed), so clocks need not agree.
+store (torchrun's TCPStore) every ``interval`` seconds and watches the key of the next rank (the last watches rank
+0): every rank is watched by one other, and the store serves two reads and a write per rank and interval whatever
+the number of ranks. Time is measured on the watching host only (since the key last changed), so clocks need not
+agree.
 
-- A rank whose key has not changed for ``training.rank_timeout`` seconds (a stopped process, a lost host) ends this
-  one at once, with one log line naming it and the step it was at (exit 5), instead of a collective waiting
-  ``training.ddp_timeout`` and a traceback.
-- A rank that ends marks its key ``done`` or ``failed MESSAGE``. When a collective of this rank fails (gloo reports
-  a peer's exit at once), :meth:`Heartbeats.lost` names the rank that failed or whose heartbeat stopped, within a
-  few intervals, and the trainer raises :class:`RankLostError` (exit 5) naming it. torchrun then sends SIGTERM to
-  the remaining workers; the lost rank is named before that could read as a preemption.
+- A watched rank still marked running whose key has not changed for ``training.rank_timeout`` seconds (a stopped
+  process, a lost host) is announced under the run's verdict key, and every rank's thread that reads the verdict
+  ends its process at once with one log line naming that rank and the step it was in (exit 5), instead of a
+  collective waiting ``training.ddp_timeout`` and a traceback.
+- A rank that ends marks its key ``done`` or ``failed MESSAGE``. When a collective of this rank fails (gloo
+  reports a peer's exit at once), :meth:`Heartbeats.lost` names the rank that is gone within a few intervals: its
+  watcher finds it failed, ended or silent and announces it. The trainer then raises :class:`RankLostError`
+  (exit 5). torchrun sends SIGTERM to the remaining workers when one fails; the lost rank is named before that
+  could read as a preemption.
 
 Example (how a key reads):
     >>> parse_beat(b"12 40 failed data: out of samples")
     (12, 40, 'failed', 'data: out of samples')
+    >>> in_step(40), in_step(0)
+    ('in step 40', 'while starting')
 """
 
 from __future__ import annotations
@@ -80,20 +86,19 @@ class Heartbeats:
         self.interval = min(MAX_INTERVAL, timeout / 4)
         self.step = 0
         self.store: Any = None
+        self.watched = (ctx.rank + 1) % ctx.world_size
         self._beat = 0
-        self._seen: dict[int, tuple[bytes, float]] = {}  # rank -> (its value, when it last changed here)
+        self._seen: tuple[bytes, float] = (b"", 0.0)  # the watched rank's value, and when it last changed here
+        self._verdict: str | None = None
         self._stop = threading.Event()
+        self._explaining = False  # the main thread asks lost(): it, not the thread, ends this rank
         self._thread: threading.Thread | None = None
         self._store_failing_since: float | None = None
         run = os.environ.get("TORCHELASTIC_RUN_ID", "run")
         self._prefix = f"vlforge/heartbeat/{run}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
 
-    def _key(self, rank: int) -> str:
+    def _key(self, rank: int | str) -> str:
         return f"{self._prefix}{rank}"
-
-    @property
-    def others(self) -> list[int]:
-        return [rank for rank in range(self.ctx.world_size) if rank != self.ctx.rank]
 
     # -- lifecycle ------------------------------------------------------------------------------------------------
     def __enter__(self) -> Heartbeats:
@@ -116,9 +121,7 @@ class Heartbeats:
             return
         self._publish("run")
         self.ctx.barrier()  # every rank's key exists before any is read
-        now = time.monotonic()
-        keys = [self._key(rank) for rank in self.others]
-        self._seen = {rank: (value, now) for rank, value in zip(self.others, self.store.multi_get(keys), strict=True)}
+        self._seen = (self.store.get(self._key(self.watched)), time.monotonic())
         self._thread = threading.Thread(target=self._run, name="vlforge-heartbeats", daemon=True)
         self._thread.start()
 
@@ -139,10 +142,12 @@ class Heartbeats:
         self.store.set(self._key(self.ctx.rank), f"{self._beat} {self.step} {state}")
 
     def _run(self) -> None:
+        verdict_key = self._key("verdict")
         while not self._stop.wait(self.interval):
             try:
                 self._publish("run")
-                values = self.store.multi_get([self._key(rank) for rank in self.others])
+                value = self.store.get(self._key(self.watched))
+                verdict = self.store.get(verdict_key).decode() if self.store.check([verdict_key]) else None
             except Exception as error:  # the store's host is unreachable
                 now = time.monotonic()
                 self._store_failing_since = self._store_failing_since or now
@@ -150,33 +155,39 @@ class Heartbeats:
                     self._exit(f"the run's c10d store is unreachable ({_first_line(error)})")
                 continue
             self._store_failing_since = None
-            now = time.monotonic()
-            for rank, value in zip(self.others, values, strict=True):
-                if value != self._seen[rank][0]:
-                    self._seen[rank] = (value, now)
-            silent = self._silent(self.timeout)
-            if silent is not None:
-                self._exit(silent)
+            if value != self._seen[0]:
+                self._seen = (value, time.monotonic())
+            if verdict is None:
+                verdict = self._silent(self.timeout)
+                if verdict is not None:
+                    self._announce(verdict)
+            self._verdict = verdict
+            if verdict is not None and not (self._stop.is_set() or self._explaining):
+                self._exit(verdict)
 
     def _silent(self, seconds: float) -> str | None:
-        """The first rank still marked running whose key has not changed for ``seconds``."""
-        now = time.monotonic()
-        for rank, (value, since) in sorted(self._seen.items()):
-            _, step, state, _ = parse_beat(value)
-            if state == "run" and now - since >= seconds:
-                return f"rank {rank} stopped responding {in_step(step)} (no heartbeat for {now - since:.0f} s)"
+        """The watched rank, when it is still marked running and its key has not changed for ``seconds``."""
+        value, since = self._seen
+        _, step, state, _ = parse_beat(value)
+        waited = time.monotonic() - since
+        if state == "run" and waited >= seconds:
+            return f"rank {self.watched} stopped responding {in_step(step)} (no heartbeat for {waited:.0f} s)"
         return None
 
     def _ended(self) -> str | None:
-        """The first rank that marked itself failed (else ended), as a few words."""
-        ended = None
-        for rank, (value, _) in sorted(self._seen.items()):
-            _, step, state, message = parse_beat(value)
-            if state == "failed":
-                return f"rank {rank} failed {in_step(step)} ({message})"
-            if state == "done" and ended is None:
-                ended = f"rank {rank} ended {in_step(step)}"
-        return ended
+        """The watched rank, when it marked itself failed or ended."""
+        _, step, state, message = parse_beat(self._seen[0])
+        if state == "failed":
+            return f"rank {self.watched} failed {in_step(step)} ({message})"
+        if state == "done":
+            return f"rank {self.watched} ended {in_step(step)}"
+        return None
+
+    def _announce(self, verdict: str) -> str:
+        """Record ``verdict`` under the run's verdict key unless another rank did first; returns the one kept."""
+        with contextlib.suppress(Exception):
+            return self.store.compare_set(self._key("verdict"), "", verdict).decode()
+        return verdict
 
     def _exit(self, what: str) -> None:
         logger.error("%s, training.rank_timeout = %g s: rank %d stops %s; %s", what, self.timeout, self.ctx.rank,
@@ -188,15 +199,19 @@ class Heartbeats:
 
     # -- after a failed collective --------------------------------------------------------------------------------
     def lost(self) -> str | None:
-        """Which other rank is gone, after a collective of this rank failed: one that marked itself failed or
-        ended, or whose heartbeat stopped (waiting up to LOST_AFTER + 1 intervals); None when every rank beats on."""
+        """Which rank is gone, after a collective of this rank failed: the run's verdict, or the watched rank when
+        it failed, ended or its heartbeat stopped (then announced). Waits up to LOST_AFTER + 1 intervals; None
+        when no rank is found gone."""
         if self._thread is None:
             return None
+        self._explaining = True
         deadline = time.monotonic() + (LOST_AFTER + 1) * self.interval
         while True:
-            found = self._ended() or self._silent(LOST_AFTER * self.interval)
-            if found is not None or time.monotonic() >= deadline:
-                return found
+            found = self._verdict or self._ended() or self._silent(LOST_AFTER * self.interval)
+            if found is not None:
+                return found if found == self._verdict else self._announce(found)
+            if time.monotonic() >= deadline:
+                return None
             time.sleep(self.interval / 4)
 
 
