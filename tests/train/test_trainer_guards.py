@@ -86,7 +86,7 @@ def test_nonfinite_steps_are_not_applied_and_stop_the_run_after_the_limit(fused)
 def test_max_nonfinite_steps_1_stops_at_the_first_and_a_gradient_overflow_names_every_sample():
     layer, optimizer = _model(True)
     guard = StepGuard(TrainingConfig(max_nonfinite_steps=1), init_distributed(), optimizer)
-    _step(layer, optimizer, guard, 1, poison=math.inf)  # finite loss? no: inf input gives inf/NaN everywhere
+    _step(layer, optimizer, guard, 1, poison=math.inf)  # an infinite input: loss and gradient not finite
     error = guard.settle()
     assert error is not None and str(error).startswith("step 1: ")
     layer, optimizer = _model(True)

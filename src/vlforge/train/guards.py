@@ -160,6 +160,7 @@ class StepGuard:
             return None
         rows = torch.stack([verdict.values for verdict in self.pending]).tolist()
         pending, self.pending = self.pending, []
+        stop: tuple[_Verdict, list[float], int] | None = None  # the verdict that reached the limit, its streak
         for verdict, row in zip(pending, rows, strict=True):
             bad, spike, skipped = bool(row[0]), bool(row[1]), bool(row[2])
             if bad:
@@ -179,9 +180,9 @@ class StepGuard:
                 logger.warning("step %d: loss or grad norm not finite (grad norm %s): not applied (%d in a row, "
                                "training.max_nonfinite_steps = %d)", verdict.step, _number(row[5]), self.streak,
                                self.limit)
-            if self.streak >= self.limit:
-                return self._error(verdict, row)
-        return None
+            if self.streak >= self.limit and stop is None:
+                stop = (verdict, row, self.streak)  # later verdicts (read late: one process on a GPU) still count
+        return None if stop is None else self._error(*stop)
 
     def _gathered(self, verdict: _Verdict) -> tuple[float, list[str], list[str]]:
         """(the step's global loss, the samples of non-finite micro-batches, all its samples) over every rank."""
@@ -193,15 +194,15 @@ class StepGuard:
         every = [name for _, _, names in parts for group in names for name in group]
         return loss, flagged, every
 
-    def _error(self, verdict: _Verdict, row: list[float]) -> DivergenceError:
+    def _error(self, verdict: _Verdict, row: list[float], streak: int) -> DivergenceError:
         loss, flagged, every = self._gathered(verdict)
-        start = verdict.step - self.streak + 1
+        start = verdict.step - streak + 1
         what = "not finite" if row[0] else f"a loss spike (> {self.factor:g} x {_number(row[4])})"
         which = (f"samples with a non-finite loss: {_listed(flagged)}" if flagged else
                  f"the step's samples: {_listed(every)}")
         steps = f"steps {start}-{verdict.step}" if start < verdict.step else f"step {verdict.step}"
         return DivergenceError(
-            f"step {verdict.step}: loss {_number(loss)}, grad norm {_number(row[5])}: {what} in {self.streak} "
+            f"step {verdict.step}: loss {_number(loss)}, grad norm {_number(row[5])}: {what} in {streak} "
             f"step(s) in a row (training.max_nonfinite_steps = {self.limit}); {steps} not applied, the weights are "
             f"those of step {self.last_applied}; {which}; nothing saved or exported after it (lower "
             "training.learning_rate, set training.max_grad_norm, or check these samples)")
