@@ -11,7 +11,8 @@ A second stop signal, or the end of ``training.stop_grace_period`` seconds after
 complete checkpoint. A thread woken through Python's signal wake-up fd does this, so it works while the main thread
 waits in a collective. An unfinished checkpoint stays a ``.tmp-checkpoint-STEP`` directory: never resumed from,
 removed when the next run starts. Signals within REPEAT_WINDOW seconds of the first count as one request (a
-scheduler and torchrun may each deliver one).
+scheduler and torchrun may each deliver one). DataLoader workers forked during the run ignore the stop signals (a
+scheduler that signals every process must not kill a worker mid-step) and end with the run.
 
 Example:
     >>> import os, signal, time
@@ -39,6 +40,8 @@ logger = logging.getLogger(__name__)
 
 REPEAT_WINDOW = 2.0
 """Seconds after the first stop signal within which another one is the same request."""
+_installed: list[StopSignals] = []  # the instance whose handlers are set (one at a time)
+_fork_hook = False
 
 
 class PreemptedError(VlforgeError):
@@ -90,6 +93,11 @@ class StopSignals:
             self._previous[signum] = signal.signal(signum, _noted)
         self._watcher = threading.Thread(target=self._watch, name="vlforge-stop-signals", daemon=True)
         self._watcher.start()
+        _installed.append(self)
+        global _fork_hook
+        if not _fork_hook:  # once per process, at the first run (importing this module changes nothing)
+            os.register_at_fork(after_in_child=_forked)
+            _fork_hook = True
 
     def close(self) -> None:
         """Restore the previous handlers; a later signal has its old effect."""
@@ -103,6 +111,8 @@ class StopSignals:
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
         signal.set_wakeup_fd(self._old_fd)
+        if self in _installed:
+            _installed.remove(self)
         with contextlib.suppress(OSError):
             os.write(self._wakeup[1], b"\0")  # wakes the watcher, which then ends
         if self._watcher is not None:
@@ -163,3 +173,11 @@ class StopSignals:
 
 def _noted(signum: int, frame: Any) -> None:
     """The Python-level handler: nothing to do (the watcher thread acts on the wake-up fd's byte)."""
+
+
+def _forked() -> None:
+    """In a process forked while a run trains (a DataLoader worker): the stop signals stay ignored there (a
+    scheduler that signals every process must not kill a worker mid-step), but no longer reach the run's watcher."""
+    if _installed:
+        with contextlib.suppress(ValueError, OSError):
+            signal.set_wakeup_fd(-1)
