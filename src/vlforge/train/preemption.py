@@ -11,8 +11,8 @@ A second stop signal, or the end of ``training.stop_grace_period`` seconds after
 complete checkpoint. A thread woken through Python's signal wake-up fd does this, so it works while the main thread
 waits in a collective. An unfinished checkpoint stays a ``.tmp-checkpoint-STEP`` directory: never resumed from,
 removed when the next run starts. Signals within REPEAT_WINDOW seconds of the first count as one request (a
-scheduler and torchrun may each deliver one). DataLoader workers forked during the run ignore the stop signals (a
-scheduler that signals every process must not kill a worker mid-step) and end with the run.
+scheduler and torchrun may each deliver one). DataLoader workers ignore the stop signals
+(:func:`worker_init`: a scheduler that signals every process must not kill a worker mid-step) and end with the run.
 
 Example:
     >>> import os, signal, time
@@ -26,6 +26,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -176,8 +177,18 @@ def _noted(signum: int, frame: Any) -> None:
 
 
 def _forked() -> None:
-    """In a process forked while a run trains (a DataLoader worker): the stop signals stay ignored there (a
-    scheduler that signals every process must not kill a worker mid-step), but no longer reach the run's watcher."""
+    """In a process forked while a run trains: its signals no longer reach the run's watcher."""
     if _installed:
         with contextlib.suppress(ValueError, OSError):
             signal.set_wakeup_fd(-1)
+
+
+def worker_init(names: list[str]) -> Callable[[int], None] | None:
+    """A DataLoader ``worker_init_fn`` that ignores the stop signals ``names`` in the worker (torch's own SIGTERM
+    handler there would end the worker, and the run with it, when a scheduler signals every process); None for none."""
+    return functools.partial(_ignore, [int(getattr(signal, name)) for name in names]) if names else None
+
+
+def _ignore(signums: list[int], _worker_id: int) -> None:
+    for signum in signums:
+        signal.signal(signum, signal.SIG_IGN)

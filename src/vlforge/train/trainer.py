@@ -65,7 +65,7 @@ from vlforge.train.loss import LossTerms, forward_loss, label_count, router_aux_
 from vlforge.train.metrics import MetricsLogger
 from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler
-from vlforge.train.preemption import PreemptedError, StopSignals
+from vlforge.train.preemption import PreemptedError, StopSignals, worker_init
 from vlforge.train.sp import (
     SequenceParallel,
     setup_sequence_parallel,
@@ -274,7 +274,8 @@ class Trainer:
         self.guard = StepGuard(cfg.training, ctx, self.optimizer)
         self.sources = [str(entry.path) for entry in resolve_entries(self.data_cfg, self.base_dir)]
         self.stream = RankData(self.data_cfg, self.processor, rank=ctx.data_rank, world_size=ctx.data_world,
-                               workers=cfg.dataloader_num_workers, base_dir=self.base_dir)
+                               workers=cfg.dataloader_num_workers, base_dir=self.base_dir,
+                               worker_init=worker_init(cfg.training.stop_signals))
         self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir, warn=ctx.is_main)
         if ctx.is_main:
             ckpt.clear_unfinished(self.output_dir)
