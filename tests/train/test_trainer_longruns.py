@@ -5,8 +5,8 @@ directory, each run resuming from the last: stopped by SIGUSR1 (a checkpoint at 
 with a grace period too short for any checkpoint (exit 143, nothing written); the next checkpoint under a file-size
 limit (exit 5, its unfinished directory removed); the export under the limit (exit 5, no ``final/``); the rest of the
 run with the loss-spike log on, bit-identical to the reference. Two torchrun ranks: non-finite steps (never applied,
-the run stops), SIGTERM to rank 1 alone (both ranks save and exit 4), rank 1 SIGKILLed and rank 1 SIGSTOPped (rank
-0 names it and exits 5 within seconds).
+the run stops), SIGTERM to every process of rank 1 alone, its DataLoader worker too (both ranks save and exit 4),
+rank 1 SIGKILLed and rank 1 SIGSTOPped (rank 0 names it and exits 5 within seconds).
 """
 
 from __future__ import annotations
@@ -70,13 +70,13 @@ def _program(pid: int) -> int:
     return warmstart.served_pid(pid) or pid
 
 
-def _handles(pid: int, signum: int) -> bool:
-    """Whether ``pid`` has a handler for ``signum`` (its ``SigCgt`` mask)."""
+def _handles(pid: int, signum: int, mask: str = "SigCgt") -> bool:
+    """Whether ``pid`` has a handler for ``signum`` (its ``SigCgt`` mask; ``SigIgn``: ignores it)."""
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-    caught = int(re.search(r"SigCgt:\s*([0-9a-f]+)", status).group(1), 16)
+    caught = int(re.search(rf"{mask}:\s*([0-9a-f]+)", status).group(1), 16)
     return bool(caught >> (signum - 1) & 1)
 
 
@@ -252,11 +252,18 @@ def test_nonfinite_steps_are_skipped_on_every_rank_and_stop_the_run(tmp_path, mo
 
 
 def test_sigterm_to_one_rank_stops_every_rank_at_a_saved_step(tmp_path, model_path):
+    """SIGTERM to every process of rank 1 (its DataLoader worker too, as a scheduler signals them all) and to no
+    other (not torchrun, which would forward it to both ranks)."""
     config = _two_ranks(tmp_path, model_path)
-    launch = _start(config, nproc=2)
+    launch = _start(config, "dataloader_num_workers=1", nproc=2)
     rank1 = _rank_pid(launch, 1)
-    _stop_handlers_installed(launch, rank1)
-    warmstart.kill(rank1, signal.SIGTERM)  # rank 1 alone (not torchrun, which would forward it to both)
+    worker = _stop_handlers_installed(launch, rank1)
+    deadline = time.monotonic() + 300
+    while not any(_handles(pid, signal.SIGTERM, "SigIgn") for pid in descendants(worker)):
+        assert launch.poll() is None and time.monotonic() < deadline, launch.stderr.read()[-3000:]
+        time.sleep(0.02)  # its DataLoader worker starts with the first batch and then ignores the stop signals
+    for pid in [*descendants(worker), rank1]:
+        warmstart.kill(pid, signal.SIGTERM)  # a warm client: its program first
     code, stderr = _finish(launch)
     assert code != 0 and "exitcode  : 4" in stderr, stderr[-3000:]
     out = tmp_path / "out"
