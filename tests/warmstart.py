@@ -9,7 +9,8 @@ third-party modules the runs need - never a vlforge module, so every run imports
 waits on a Unix socket. Its tools are small client scripts in a ``bin`` folder (:func:`tools`): ``python``
 and ``vlforge`` (and ``torchrun``). A client sends its arguments, working directory, environment and its
 stdin/stdout/stderr file descriptors; the server forks; the child takes those descriptors as its own standard
-streams, the client's directory, environment and ``argv``, and runs the program (``vlforge``'s entry point,
+streams, the client's directory, environment, ``argv`` and file-size limit (``RLIMIT_FSIZE``: tests of a full disk
+set it), and runs the program (``vlforge``'s entry point,
 ``-m MODULE`` or a script) as ``__main__``, exiting through the interpreter's normal shutdown (atexit
 handlers, non-daemon threads). The server reports the child's exit status to the client, which exits with
 it (or dies of the same signal). The client forwards SIGTERM/SIGINT/SIGHUP to the child, and the child kills
@@ -159,6 +160,11 @@ class _Run:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        if request.get("fsize") is not None:
+            import resource
+
+            with contextlib.suppress(ValueError, OSError):  # a limit lower than the server's: always allowed
+                resource.setrlimit(resource.RLIMIT_FSIZE, tuple(request["fsize"]))
         extra = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
         sys.path[1:1] = [str(Path(request["cwd"], entry)) for entry in extra if entry not in sys.path]
         threads = request["env"].get("OMP_NUM_THREADS", "")
@@ -319,7 +325,7 @@ def kill(pid: int, number: int = signal.SIGKILL) -> None:
 
 _CLIENT = r'''#!{python} -IS
 """Warm-start client ({tool}); see {module}."""
-import array, json, os, signal, socket, struct, sys, time
+import array, json, os, resource, signal, socket, struct, sys, time
 
 REAL = {real!r}
 KIND = {kind!r}
@@ -355,7 +361,8 @@ def main():
         time.sleep(0.05)
     kind, target, args, unbuffered = what
     body = json.dumps({{"kind": kind, "target": target, "args": args, "unbuffered": unbuffered,
-                        "argv0": sys.argv[0], "cwd": os.getcwd(), "env": dict(os.environ)}}).encode()
+                        "argv0": sys.argv[0], "cwd": os.getcwd(), "env": dict(os.environ),
+                        "fsize": list(resource.getrlimit(resource.RLIMIT_FSIZE))}}).encode()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)

@@ -26,11 +26,18 @@ class ExitCode(IntEnum):
     BAD_INPUT = 2
     """Bad input or a broken environment: a one-line error, nothing was run or written."""
     FAILED = 3
-    """The check ran and its verdict is a failure (doctor errors, verify mismatches, untrained tokens)."""
+    """The check ran and its verdict is a failure (doctor errors, verify mismatches, untrained tokens; a training run
+    that stopped on non-finite steps)."""
+    PREEMPTED = 4
+    """Training stopped on a stop signal (SIGTERM, SIGUSR1) after saving a checkpoint; the same command continues."""
+    ENVIRONMENT = 5
+    """Training stopped part-way because its environment failed: a write failed (a full disk) or another process of
+    the run died or stalled; the newest complete checkpoint is intact and the same command continues from it."""
 
 
 EXIT_CODES_HELP = ("Exit codes: 0 ok; 1 done with warnings; 2 bad input (one error line, nothing run); "
-                   "3 the verdict is a failure.")
+                   "3 the verdict is a failure; train only: 4 stopped by a signal after a checkpoint, 5 a write failed "
+                   "or a process of the run was lost (the same command resumes).")
 
 
 def close_matches(name: str, candidates: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
@@ -68,3 +75,9 @@ class DataError(VlforgeError):
 
 class OutputError(ConfigError):
     """An output path cannot be written, or holds files vlforge did not write and must not touch."""
+
+
+class WriteError(VlforgeError):
+    """Writing an output failed part-way (a full disk, a file-size limit, any OSError); what was there before stays."""
+
+    exit_code = ExitCode.ENVIRONMENT

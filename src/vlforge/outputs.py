@@ -32,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -126,6 +127,57 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def write_failure(error: BaseException, *, no_room_only: bool = False) -> str | None:
+    """The OS error behind a failed write as one line (``[Errno 28] No space left on device``), or None when
+    ``error`` is not one. Looks through exception chains (torch's serializer reports a short write as a
+    ``RuntimeError`` whose context is the ``OSError``), ``torch.distributed.checkpoint``'s per-rank failures and
+    safetensors' I/O errors. ``no_room_only`` (an error from anywhere, not from a write): only the errors that
+    mean there is no room to write (a full disk or quota, a file-size limit, a read-only filesystem)."""
+    seen: set[int] = set()
+    found_short = None
+    pending: list[BaseException] = [error]
+    while pending:
+        current = pending.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and (not no_room_only or current.errno in NO_ROOM):
+            return f"[Errno {current.errno}] {current.strerror}" if current.errno else str(current)
+        if type(current).__name__ == "SafetensorError" and "I/O error" in str(current):
+            return str(current).strip().splitlines()[0]
+        if isinstance(current, RuntimeError) and any(mark in str(current) for mark in _SHORT_WRITE):
+            short = str(current).strip().splitlines()[0]  # the OSError stayed behind in another process
+        else:
+            short = None
+        failures = getattr(current, "failures", None)  # torch.distributed.checkpoint's CheckpointException
+        if isinstance(failures, dict):
+            pending += [item[0] if isinstance(item, tuple) else item for item in failures.values()]
+        pending += [e for e in (current.__cause__, current.__context__) if e is not None]
+        found_short = found_short or short
+    return f"a short write ({found_short})" if found_short else None
+
+
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+"""OS errors that mean a write found no room."""
+_SHORT_WRITE = ("unexpected pos", "failed writing file")
+"""What torch's serializer says when a write came up short (a full disk, a file-size limit)."""
+
+
+def write_room(path: str | os.PathLike[str]) -> str:
+    """What limits writes at ``path``, in a few words: the free space of its device and this process's file-size
+    limit (``ulimit -f``) when there is one; for messages about a short write."""
+    parts = []
+    with contextlib.suppress(OSError):
+        parts.append(f"{_size(shutil.disk_usage(_nearest_existing(Path(path))).free)} free there")
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if soft != resource.RLIM_INFINITY:
+            parts.append(f"file-size limit {_size(soft)} (ulimit -f)")
+    return ", ".join(parts) or "no limit known"
 
 
 # --- ledgers --------------------------------------------------------------------------------------------

@@ -218,6 +218,27 @@ class TrainingConfig(StrictModel):
     """Train on the CPU (gloo between processes) even where CUDA is available."""
     ddp_timeout: int = Field(default=1800, ge=1)
     """Seconds a collective may wait before the process group gives up (``init_process_group(timeout=)``)."""
+    max_nonfinite_steps: int = Field(default=3, ge=1)
+    """Optimiser steps in a row whose loss or gradient norm is NaN or infinite (none of them is applied) after
+    which the run stops with exit 3, naming the step and its samples; 1 stops at the first."""
+    loss_spike_factor: float | None = Field(default=None, gt=1)
+    """A step whose loss exceeds this factor times the mean loss of the last ``loss_spike_window`` applied steps
+    is a loss spike, logged with its samples; null: no spike check."""
+    loss_spike_window: int = Field(default=50, ge=1)
+    """Applied steps whose mean loss is the spike reference; no step is judged before that many were applied."""
+    loss_spike_action: Literal["log", "skip"] = "log"
+    """``log``: a warning per spike; ``skip``: the spike is also not applied (counted towards
+    ``max_nonfinite_steps`` like a non-finite step; one more small all-reduce per step with several processes)."""
+    stop_signals: list[Literal["SIGTERM", "SIGUSR1", "SIGUSR2", "SIGINT", "SIGHUP"]] = Field(
+        default_factory=lambda: ["SIGTERM", "SIGUSR1"])
+    """Signals that stop the run at an optimiser-step boundary: every rank finishes the step, a checkpoint is
+    saved and the run exits 4 ([] keeps each signal's default action)."""
+    stop_grace_period: float = Field(default=25.0, gt=0)
+    """Seconds from the first stop signal until the process exits at once (128 + the signal's number, 143 for
+    SIGTERM) if its checkpoint is not written yet; so does a second stop signal (2 s or more after the first)."""
+    rank_timeout: float = Field(default=300.0, gt=0)
+    """Seconds without a heartbeat from another process of the run (a stopped or lost host) after which the others
+    stop with exit 5, naming it; a process that exits or fails is named within seconds."""
 
     @field_validator("eval_strategy", mode="before")
     @classmethod
@@ -228,6 +249,11 @@ class TrainingConfig(StrictModel):
     @classmethod
     def _none_is_empty(cls, value: Any) -> Any:
         return {} if value is None else value
+
+    @field_validator("stop_signals", mode="before")
+    @classmethod
+    def _signal_list(cls, value: Any) -> Any:
+        return [] if value is None else [value] if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainingConfig:

@@ -24,19 +24,22 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import json
 import logging
 import random
 import re
+import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 
 from vlforge import outputs
 from vlforge.dist import DistContext
-from vlforge.errors import ConfigError
+from vlforge.errors import ConfigError, WriteError
 
 logger = logging.getLogger(__name__)
 
@@ -168,28 +171,43 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+class CheckpointWriteError(WriteError):
+    """A checkpoint could not be written (a full disk, any OSError); its unfinished directory is removed."""
+
+
 def save_checkpoint(output_dir: Path, step: int, ctx: DistContext, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer, scheduler: Any, data_state: dict[str, Any],
                     meta: dict[str, Any], keep: int | None = None) -> Path:
-    """Write ``checkpoint-STEP`` atomically (collective: every rank calls it); prune to ``keep``."""
+    """Write ``checkpoint-STEP`` atomically (collective: every rank calls it); prune to ``keep``.
+
+    A write that fails on any rank (``OSError``: a full disk, a file-size limit) fails on every rank alike: the
+    staging directory is removed and :class:`CheckpointWriteError` names the path and the error; the earlier
+    checkpoints are untouched.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     final = output_dir / f"checkpoint-{step}"
     tmp = outputs.staging_path(final)
-    if ctx.is_main:
-        outputs.make_staging(final, writer="train")
-    ctx.barrier()
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    with quiet_single_process():
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp / WEIGHTS_DIR,
-                 no_dist=not ctx.distributed)
-    torch.save({"rank": ctx.rank, "world_size": ctx.world_size, "rng": rng_state(), "data": data_state},
-               tmp / f"rank-{ctx.rank}.pt")
-    ctx.barrier()
-    if ctx.is_main:
+
+    def stage() -> None:
+        if ctx.is_main:
+            outputs.make_staging(final, writer="train")
+
+    def shards() -> None:
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        with quiet_single_process():
+            dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp / WEIGHTS_DIR,
+                     no_dist=not ctx.distributed)
+        buffer = io.BytesIO()
+        torch.save({"rank": ctx.rank, "world_size": ctx.world_size, "rng": rng_state(), "data": data_state}, buffer)
+        outputs.atomic_write_bytes(tmp / f"rank-{ctx.rank}.pt", buffer.getvalue())
+
+    def publish() -> None:
+        if not ctx.is_main:
+            return
         state = {"step": step, "world_size": ctx.world_size, "scheduler": scheduler.state_dict(), **meta}
-        (tmp / STATE_FILE).write_text(json.dumps(state, indent=2, default=str), encoding="utf-8")
+        outputs.atomic_write_text(tmp / STATE_FILE, json.dumps(state, indent=2, default=str))
         outputs.publish(tmp, final, writer="train")
         if keep is not None:
             for old in checkpoints(output_dir)[:-keep]:
@@ -199,8 +217,52 @@ def save_checkpoint(output_dir: Path, step: int, ctx: DistContext, model: torch.
                 outputs.remove_owned(old)
                 logger.info("removed old checkpoint %s (save_total_limit=%d)", old.name, keep)
         logger.info("saved %s", final)
-    ctx.barrier()
+
+    for part, where in ((stage, tmp), (shards, tmp / WEIGHTS_DIR), (publish, tmp)):
+        _agreed(ctx, part, where, final)
     return final
+
+
+def _agreed(ctx: DistContext, part: Any, where: Path, final: Path) -> None:
+    """Run ``part`` of a checkpoint write on every rank, then agree (a collective, in place of a barrier): when a
+    write failed on any rank, rank 0 removes the staging directory and every rank raises the same error."""
+    failure = None
+    try:
+        part()
+    except (Exception, CheckpointException) as error:
+        found = outputs.write_failure(error)
+        if found is None:
+            raise
+        if found.startswith("a short write"):
+            found += f"; {outputs.write_room(where)}"
+        failure = f"writing {where} failed: {found}" + (f" (rank {ctx.rank})" if ctx.distributed else "")
+    failures = [f for f in ctx.all_gather_object(failure) if f]
+    if not failures:
+        return
+    stage = outputs.staging_path(final)
+    if ctx.is_main and stage.is_dir():
+        shutil.rmtree(stage, ignore_errors=True)
+    ctx.barrier()
+    newest = latest_complete(final.parent)
+    raise CheckpointWriteError(
+        f"{final.name}: {failures[0]}; removed the unfinished {stage}; the newest complete checkpoint is "
+        f"{newest.name if newest else 'none'} (checkpointing.resume: auto continues from it once there is room)")
+
+
+def latest_complete(output_dir: Path) -> Path | None:
+    """The newest checkpoint in ``output_dir`` that :func:`problem` finds nothing wrong with."""
+    return next((path for path in reversed(checkpoints(output_dir)) if problem(path) is None), None)
+
+
+def clear_unfinished(output_dir: Path) -> None:
+    """Remove the unfinished checkpoints (``.tmp-checkpoint-*`` with a partial vlforge ledger) a killed run left."""
+    if not output_dir.is_dir():
+        return
+    for stage in sorted(output_dir.glob(f"{outputs.STAGING_PREFIX}checkpoint-*")):
+        ledger = outputs.read_ledger(stage) if stage.is_dir() and not stage.is_symlink() else None
+        if ledger and ledger.get("partial") and ledger.get("writer") == "train":
+            logger.info("removing %s, a checkpoint left unfinished by an earlier run", stage)
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def read_state(path: Path) -> dict[str, Any]:

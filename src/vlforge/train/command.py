@@ -69,7 +69,7 @@ def summary(result: RunResult) -> dict[str, Any]:
             "export_dir": str(result.export_dir) if result.export_dir else None,
             "resumed_from": str(result.resumed_from) if result.resumed_from else None,
             "data": {k: result.data_report.get(k) for k in ("samples_seen", "skipped_total", "skipped_share",
-                                                              "skipped")}}
+                                                              "skipped", "nonfinite_steps")}}
 
 
 def render(run: TrainRun, result: RunResult, console: Any) -> None:
@@ -77,6 +77,8 @@ def render(run: TrainRun, result: RunResult, console: Any) -> None:
     skipped = (f"skipped {data['skipped_total']} of {data['samples_seen']} samples ({data['skipped_share']:.1%}: "
                + ", ".join(f"{k}={v}" for k, v in data["skipped"].items())
                + f"; {result.output_dir}/data_report.json)" if data.get("skipped_total") else "no sample skipped")
+    unapplied = data.get("nonfinite_steps")
+    skipped += f"; {unapplied} step(s) not applied: not finite ({result.output_dir}/data_report.json)" if unapplied else ""
     console.print(f"trained {result.steps} steps; final model: {result.export_dir}; {skipped}", highlight=False,
                   soft_wrap=True)
 

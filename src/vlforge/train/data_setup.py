@@ -49,14 +49,15 @@ def open_stream(data_cfg: DataConfig, processor: Any, *, rank: int, world_size: 
 class RankData:
     """This rank's training batches: a :class:`DataStream`, or with ``workers`` > 0 DataLoader worker processes.
 
-    ``state_dict()`` is plain data holding every stream state of this rank (one per worker role);
+    ``worker_init``: the workers' ``worker_init_fn``. ``state_dict()`` is plain data holding every stream state of
+    this rank (one per worker role);
     ``load_state_dict(states)`` takes the states of *all* ranks of the saving run, so a run saved
     with another number of processes or workers continues too (see
     :func:`vlforge.train.checkpoint.remap_data_state`).
     """
 
     def __init__(self, data_cfg: DataConfig, processor: Any, *, rank: int, world_size: int, workers: int = 0,
-                 base_dir: str = ".") -> None:
+                 base_dir: str = ".", worker_init: Any = None) -> None:
         self.rank, self.world_size, self.workers = rank, world_size, workers
         self.stream: DataStream | None = None
         self.loader: ResumableLoader | None = None
@@ -65,7 +66,8 @@ class RankData:
             from vlforge.data import ResumableLoader, StreamingDataset
 
             dataset = StreamingDataset(data_cfg, processor, base_dir=base_dir, rank=rank, world_size=world_size)
-            self.loader = ResumableLoader(dataset, num_workers=workers)
+            self.loader = ResumableLoader(dataset, num_workers=workers,
+                                          **({"worker_init_fn": worker_init} if worker_init else {}))
         else:
             self.stream = open_stream(data_cfg, processor, rank=rank, world_size=world_size, base_dir=base_dir)
 

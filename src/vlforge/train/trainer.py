@@ -16,6 +16,12 @@ same one-line :class:`~vlforge.data.errors.SkipLimitError`: during the run once 
 (:func:`vlforge.data.errors.over_limit`), and at the end on the exact share (after the last checkpoint,
 before the export).
 
+The policies around a step are components the loop calls: :mod:`vlforge.train.guards` (non-finite steps and loss
+spikes are not applied; too many in a row stop the run), :mod:`vlforge.train.preemption` (a stop signal ends the
+run at a step boundary with a checkpoint), :mod:`vlforge.train.watchdog` (a rank that dies or stalls is named and
+ends the others), the checkpointer (:mod:`vlforge.train.checkpoint`: a failed write removes its unfinished
+directory) and the metrics (:mod:`vlforge.train.metrics`).
+
 Example (CPU, about a minute):
     >>> from vlforge.train.trainer import run
     >>> result = run("examples/qwen3_vl_tiny.yaml", ["training.max_steps=10"])  # doctest: +SKIP
@@ -31,6 +37,7 @@ import logging
 import math
 import os
 import random
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -45,17 +52,20 @@ from vlforge.config.data import data_config
 from vlforge.config.load import load_config
 from vlforge.config.preflight import DATA_REPORT, FINAL_DIR
 from vlforge.config.schema import TrainConfig
+from vlforge.data.config import resolve_entries
 from vlforge.data.errors import SkipLedger, SkipWarnings, limit_error, over_limit
 from vlforge.dist import DistContext, init_distributed
-from vlforge.errors import ConfigError, DataError
+from vlforge.errors import ConfigError, DataError, VlforgeError, WriteError
 from vlforge.models.families import supports
-from vlforge.outputs import atomic_write_json
+from vlforge.outputs import atomic_write_json, write_failure
 from vlforge.train import checkpoint as ckpt
 from vlforge.train.data_setup import RankData, open_stream, processor_for
+from vlforge.train.guards import StepGuard
 from vlforge.train.loss import LossTerms, forward_loss, label_count, router_aux_coef
 from vlforge.train.metrics import MetricsLogger
 from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler
+from vlforge.train.preemption import PreemptedError, StopSignals, worker_init
 from vlforge.train.sp import (
     SequenceParallel,
     setup_sequence_parallel,
@@ -63,6 +73,7 @@ from vlforge.train.sp import (
     sp_token_loss_sum,
 )
 from vlforge.train.sp_linear import split_linear_attention
+from vlforge.train.watchdog import Heartbeats, RankLostError, in_step
 
 logger = logging.getLogger(__name__)
 
@@ -151,28 +162,47 @@ def count_steps(cfg: TrainConfig, data_cfg: Any, processor: Any, ctx: DistContex
     return total
 
 
-def step_totals(ctx: DistContext, batches: list[dict[str, Any]] | None, count: Any = label_count,
-                skips: tuple[int, int] = (0, 0)) -> tuple[torch.Tensor | None, tuple[int, int]]:
-    """Label tokens of this step summed over ranks (None on every rank when any rank ran out of data), and
-    ``skips`` (this rank's samples seen, skipped) summed over the data ranks.
+@dataclass(frozen=True)
+class StepTotals:
+    """What every rank knows at the start of a step, after its one all-reduce."""
 
-    ``batches`` is None on a rank whose stream ended. The has-data flag and the skip counts ride on the
-    label-count all-reduce (float64: exact counts), so all ranks stop together and take the same
-    skip-limit decision (no rank is left waiting in a collective). Sequence-parallel ranks share a data
+    count: torch.Tensor | None
+    """Label tokens of the step summed over ranks; None on every rank when any rank ran out of data."""
+    skips: tuple[int, int]
+    """Samples seen and skipped so far, summed over the data ranks."""
+    requests: tuple[int, ...] = ()
+    """Per stop signal: the ranks that received it (:class:`~vlforge.train.preemption.StopSignals`)."""
+
+
+def sync_step(ctx: DistContext, batches: list[dict[str, Any]] | None, count: Any = label_count,
+              skips: tuple[int, int] = (0, 0), requests: list[int] | tuple[int, ...] = ()) -> StepTotals:
+    """The step's :class:`StepTotals`: label tokens, ``skips`` (this rank's samples seen, skipped) and stop-signal
+    ``requests`` (this rank's, one 0/1 per signal) summed over ranks.
+
+    ``batches`` is None on a rank whose stream ended. The has-data flag, the skip counts and the stop requests ride
+    on the label-count all-reduce (float64: exact counts), so all ranks stop together and take the same
+    skip-limit and stop decisions (no rank is left waiting in a collective). Sequence-parallel ranks share a data
     shard: only the first of each group contributes its skips.
     """
     local = torch.stack([count(b) for b in batches]).sum().float() if batches else torch.zeros(())
     if not ctx.distributed:
-        return (None if batches is None else local.to(ctx.device)), skips
+        return StepTotals(None if batches is None else local.to(ctx.device), skips, tuple(requests))
     mine = skips if ctx.rank % ctx.sp_degree == 0 else (0, 0)
-    values = torch.tensor([0.0, 1.0 if batches is not None else 0.0, *mine], dtype=torch.float64)
+    values = torch.tensor([0.0, 1.0 if batches is not None else 0.0, *mine, *requests], dtype=torch.float64)
     values[0] = local.cpu().double()
     summed = ctx.all_reduce_sum(values.to(ctx.device))
     host = summed.tolist()  # the one host sync of a step, needed to decide to go on
-    totals = (int(host[2]), int(host[3]))
+    totals, asked = (int(host[2]), int(host[3])), tuple(int(v) for v in host[4:])
     if int(host[1]) < ctx.world_size:
-        return None, totals
-    return summed[0].float(), totals
+        return StepTotals(None, totals, asked)
+    return StepTotals(summed[0].float(), totals, asked)
+
+
+def step_totals(ctx: DistContext, batches: list[dict[str, Any]] | None, count: Any = label_count,
+                skips: tuple[int, int] = (0, 0)) -> tuple[torch.Tensor | None, tuple[int, int]]:
+    """(label tokens, skips) of :func:`sync_step`."""
+    totals = sync_step(ctx, batches, count, skips)
+    return totals.count, totals.skips
 
 
 def global_label_count(ctx: DistContext, batches: list[dict[str, Any]] | None,
@@ -208,6 +238,9 @@ class Trainer:
         self.resumed_from: Path | None = None
         self.router_coef = 0.0  # router_aux_loss_coef of a MoE model whose config turns the router loss on
         self.step_router_aux = torch.zeros(())  # this rank's mean router loss over the last step's micro-batches
+        self.step_losses: list[torch.Tensor] = []  # this rank's token-loss sum of each micro-batch of the last step
+        self.guard: StepGuard | None = None
+        self.sources: list[str] = []  # the dataset file of each data entry, to name a batch's samples
 
     # -- set-up -----------------------------------------------------------------------------------
     def check_outputs(self) -> None:
@@ -238,13 +271,20 @@ class Trainer:
         self.epoch_steps = self._epoch_steps() if cfg.checkpointing.save_strategy == "epoch" else None
         self.optimizer = build_optimizer(self.model.parameters(), cfg.training, ctx.device)
         self.scheduler = build_scheduler(self.optimizer, cfg.training, self.total)
+        self.guard = StepGuard(cfg.training, ctx, self.optimizer)
+        self.sources = [str(entry.path) for entry in resolve_entries(self.data_cfg, self.base_dir)]
         self.stream = RankData(self.data_cfg, self.processor, rank=ctx.data_rank, world_size=ctx.data_world,
-                               workers=cfg.dataloader_num_workers, base_dir=self.base_dir)
+                               workers=cfg.dataloader_num_workers, base_dir=self.base_dir,
+                               worker_init=worker_init(cfg.training.stop_signals))
         self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir, warn=ctx.is_main)
+        if ctx.is_main:
+            ckpt.clear_unfinished(self.output_dir)
         if self.resumed_from is not None:
             state, data_states = ckpt.load_checkpoint(self.resumed_from, ctx, self.model, self.optimizer,
                                                       self.scheduler)
             self.step = int(state["step"])
+            if "guard" in state:
+                self.guard.load_state_dict(state["guard"])
             saved_sp = int(state.get("config", {}).get("sp_ulysses_degree", 1))
             self.stream.load_state_dict(data_states[::saved_sp])  # one state per data shard
         self.ready = True
@@ -311,12 +351,17 @@ class Trainer:
             return self.step % self.cfg.checkpointing.save_steps == 0
         return strategy == "epoch" and self.step % self.epoch_steps == 0
 
-    def _step_totals(self, batches: list[dict[str, Any]] | None) -> torch.Tensor | None:
-        """Global label tokens of the step (None: data ran out); updates ``self.skips`` and warns of new skips."""
+    def _step_totals(self, batches: list[dict[str, Any]] | None, stops: StopSignals) -> StepTotals:
+        """The step's totals over ranks (``count`` None: data ran out); updates ``self.skips``, warns of new skips."""
         ledger = SkipLedger.from_dict(self.stream.report())
         self.skip_warnings.update(ledger)
-        count, self.skips = step_totals(self.ctx, batches, self._label_count, (ledger.seen, ledger.total))
-        return count
+        totals = sync_step(self.ctx, batches, self._label_count, (ledger.seen, ledger.total), stops.requests())
+        self.skips = totals.skips
+        return totals
+
+    def _names(self, batch: dict[str, Any]) -> list[str]:
+        """The samples of ``batch`` as ``file:line N`` (as the skip report names them)."""
+        return [f"{self.sources[entry]}:{location}" for entry, location in batch.get("sample_ids", ())]
 
     def _forward(self, batch: dict[str, Any]) -> LossTerms:
         float_dtype = torch.bfloat16 if self.cfg.training.bf16 else None
@@ -348,9 +393,11 @@ class Trainer:
         denominator = count.clamp(min=1.0)
         loss_sum = torch.zeros((), device=ctx.device)
         aux_sum = torch.zeros((), device=ctx.device)
+        self.step_losses = []
         for index, batch in enumerate(batches):
+            last = index == len(batches) - 1
             if self.tm.sharded:  # reduce-scatter once per step, after the last micro-batch
-                self.model.set_requires_gradient_sync(index == len(batches) - 1)
+                self.model.set_requires_gradient_sync(last)
             terms = self._forward(batch)
             objective = terms.token_sum * scale / denominator
             if terms.router_aux is not None:
@@ -358,8 +405,12 @@ class Trainer:
                 # ranks of a group share one loss and their gradients add up to it (vlforge.train.sp_router)
                 objective = objective + self.router_coef * terms.router_aux * scale / (len(batches) * ctx.data_world)
                 aux_sum += terms.router_aux.detach()
+            if last and self.guard is not None:  # a non-finite loss here makes every rank's gradient non-finite
+                spread = self.guard.objective_scale(loss_sum + terms.token_sum.detach() + aux_sum)
+                objective = objective if spread is None else objective * spread
             objective.backward()
             loss_sum += terms.token_sum.detach()
+            self.step_losses.append(terms.token_sum.detach())
         self.step_router_aux = aux_sum / len(batches)
         if not self.tm.sharded:
             fill_missing_grads(self.model)
@@ -369,14 +420,16 @@ class Trainer:
 
     def train_step(self, batches: list[dict[str, Any]],
                    count: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One optimiser step; returns (global label tokens, local loss sum, grad norm) as device tensors."""
+        """One optimiser step (not applied when the step guard finds it non-finite); returns (global label tokens,
+        local loss sum, grad norm) as device tensors."""
         count, loss_sum = self.accumulate(batches, count)
         params = [p for p in self.model.parameters() if p.grad is not None]
         max_norm = self.cfg.training.max_grad_norm or float("inf")
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)
         if hasattr(norm, "full_tensor"):
             norm = norm.full_tensor()
-        self.optimizer.step()
+        self.guard.apply(self.optimizer, self.step_losses, count, norm, step=self.step + 1,
+                         names=[self._names(batch) for batch in batches])
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return count, loss_sum, norm.detach().float()
@@ -432,14 +485,54 @@ class Trainer:
                 "config": self.cfg.model_dump(mode="json")}
 
     def _save(self) -> Path:
+        """A checkpoint of this step (a collective; the caller settles the step guard's verdicts first). Weights that
+        are not finite are never written."""
+        diverged = self.guard.check_weights(self.model, self.step)
+        if diverged is not None:
+            raise diverged
         return ckpt.save_checkpoint(self.output_dir, self.step, self.ctx, self.model, self.optimizer,
-                                    self.scheduler, self.stream.state_dict(), self._meta(),
+                                    self.scheduler, self.stream.state_dict(),
+                                    {**self._meta(), "guard": self.guard.state_dict()},
                                     keep=self.cfg.checkpointing.save_total_limit)
 
+    def _newest(self) -> str:
+        """Where a rerun continues from, for the line of a stop."""
+        newest = ckpt.latest_complete(self.output_dir)
+        if newest is None:
+            return "there is no complete checkpoint yet (the same command starts over)"
+        how = "the same command" if self.cfg.checkpointing.resume == "auto" else "checkpointing.resume=auto"
+        return f"the newest complete checkpoint is {newest} ({how} continues from it)"
+
     def train(self) -> RunResult:
+        """Train to the end, or to a stop that leaves a known state: a stop signal (a checkpoint, exit 4), too many
+        non-finite steps (exit 3), a failed write or another rank lost (exit 5), each one line."""
+        training = self.cfg.training
+        stops = StopSignals(training.stop_signals, training.stop_grace_period, newest=self._newest)
+        with stops, Heartbeats(self.ctx, training.rank_timeout, newest=self._newest) as beats:
+            try:
+                return self._train(stops, beats)
+            except VlforgeError:
+                raise
+            except (Exception, ckpt.CheckpointException) as error:
+                raise self._explained(error, beats) from error
+
+    def _explained(self, error: BaseException, beats: Heartbeats) -> BaseException:
+        """A failed collective whose cause is another rank, or a failed write, as one line; else ``error`` itself."""
+        lost = beats.lost() if self.ctx.distributed else None
+        if lost is not None:
+            return RankLostError(f"{lost}: rank {self.ctx.rank} stops {in_step(beats.step)} (its collective "
+                                 f"failed: {_collective_line(error)}); {self._newest()}")
+        found = write_failure(error, no_room_only=True)
+        if found is not None:
+            where = f" {error.filename}" if isinstance(error, OSError) and error.filename else ""
+            return WriteError(f"writing{where} failed {in_step(beats.step)}: {found}; {self._newest()}")
+        return error
+
+    def _train(self, stops: StopSignals, beats: Heartbeats) -> RunResult:
         cfg, ctx = self.cfg, self.ctx
         if not self.ready:
             self.setup()
+        beats.step = self.step + 1
         result = RunResult(self.output_dir, self.step, resumed_from=self.resumed_from)
         log_every = cfg.logging.logging_steps
         eval_every = cfg.training.eval_steps if cfg.training.eval_strategy == "steps" else None
@@ -451,17 +544,15 @@ class Trainer:
                            progress=self.progress, start_step=self.step,
                            config=cfg.model_dump(mode="json")) as log:
             while self.step < self.total:
+                beats.step = self.step + 1
                 batches = self._draw()
-                count = self._step_totals(batches)
-                if count is None:  # some rank ran out: every rank stops here
+                totals = self._step_totals(batches, stops)
+                if totals.count is None:  # some rank ran out: every rank stops here
                     logger.warning("data ran out after %d optimiser steps (of %d)", self.step, self.total)
                     break
-                if over_limit(*self.skips, cfg.data.max_skip_fraction, final=False):  # same totals on every rank
-                    ledger = self._finish_data(log, result)
-                    self.stream.close()
-                    raise self._limit_error(ledger)
+                self._stop_if_over(log, result)  # the same totals and verdicts on every rank
                 lr = self.scheduler.get_last_lr()[0]
-                count, loss_sum, norm = self.train_step(batches, count)
+                count, loss_sum, norm = self.train_step(batches, totals.count)
                 self.step += 1
                 acc += torch.stack([loss_sum, count / ctx.world_size, norm, self.step_router_aux.to(ctx.device)])
                 tokens += sum(_tokens(b) for b in batches)
@@ -469,6 +560,7 @@ class Trainer:
                 log.advance(self.step)
                 first = self.step == 1 and cfg.logging.logging_first_step
                 if self.step % log_every == 0 or self.step == self.total or first:
+                    self._stop_if_over(log, result, settle=True)
                     record = self._record(acc, tokens, steps_since, time.perf_counter() - since, lr)
                     result.losses.append(record["loss"])
                     log.log(record)
@@ -479,8 +571,13 @@ class Trainer:
                     result.eval_losses.append(value)
                     log.log({"step": self.step, "eval_loss": value})
                 if self._save_due():
+                    self._stop_if_over(log, result, settle=True)
                     log.flush()  # every sink holds the steps up to this checkpoint before it exists
                     last_saved = self._save()
+                asked = totals.requests if ctx.distributed else tuple(stops.requests())  # one process: no one to ask
+                if any(asked) and self.step < self.total:
+                    self._preempted(log, result, asked, stops.names(), last_saved)
+            self._stop_if_over(log, result, settle=True)
             ledger = self._finish_data(log, result)
         if last_saved is None and self.resumed_from is not None and result.steps == self.step:
             last_saved = self.resumed_from  # nothing left to train: the checkpoint is the result
@@ -492,13 +589,53 @@ class Trainer:
             raise self._limit_error(ledger)  # after the last checkpoint (resume to export), before the export
         if self.export and last_saved is not None:
             if ctx.is_main:
-                from vlforge.train.export import export_checkpoint
-
-                logger.info("exporting %s to %s", last_saved.name, self.output_dir / FINAL_DIR)
-                export_checkpoint(last_saved, self.output_dir / FINAL_DIR, replace=True)
+                self._export(last_saved)
             ctx.barrier()
             result.export_dir = self.output_dir / FINAL_DIR
         return result
+
+    def _stop_if_over(self, log: MetricsLogger, result: RunResult, *, settle: bool = False) -> None:
+        """Stop every rank alike (same totals, same verdicts) when the skipped share is clearly over its limit or
+        too many steps in a row were not applied; ``settle``: read the step guard's verdicts now (a log,
+        checkpoint or the end). The data report is written first."""
+        diverged = self.guard.settle(force=settle)
+        if diverged is None and not over_limit(*self.skips, self.cfg.data.max_skip_fraction, final=False):
+            return
+        ledger = self._finish_data(log, result)
+        self.stream.close()
+        raise diverged or self._limit_error(ledger)
+
+    def _preempted(self, log: MetricsLogger, result: RunResult, requests: tuple[int, ...], names: list[str],
+                   last_saved: Path | None) -> None:
+        """Every rank learnt of a stop signal at this step: checkpoint it, write the reports, stop with exit 4."""
+        self._stop_if_over(log, result, settle=True)
+        if last_saved is None or last_saved.name != f"checkpoint-{self.step}":
+            log.flush()
+            last_saved = self._save()
+        self._finish_data(log, result)
+        self.stream.close()
+        self.ctx.barrier()
+        got = " and ".join(name + (f" (received by {count} of {self.ctx.world_size} processes)"
+                                   if self.ctx.distributed else "") for name, count in zip(names, requests, strict=True)
+                           if count)
+        how = ("the same command continues from it" if self.cfg.checkpointing.resume == "auto" else
+               "to continue from it, run with checkpointing.resume=auto")
+        raise PreemptedError(f"stopped by {got} at step {self.step} of {self.total}: saved {last_saved}; {how}")
+
+    def _export(self, checkpoint: Path) -> None:
+        """``final/`` from ``checkpoint`` (rank 0); a failed write leaves the previous ``final/`` as it was."""
+        from vlforge.train.export import export_checkpoint
+
+        target = self.output_dir / FINAL_DIR
+        logger.info("exporting %s to %s", checkpoint.name, target)
+        try:
+            export_checkpoint(checkpoint, target, replace=True)
+        except Exception as error:
+            found = write_failure(error)
+            if found is None:
+                raise
+            raise WriteError(f"exporting {checkpoint.name} to {target} failed: {found}; {target} is as it was and "
+                             f"{checkpoint} is complete (vlforge export {checkpoint} {target} retries)") from error
 
     def _finish_data(self, log: MetricsLogger, result: RunResult) -> SkipLedger:
         """Every data shard's report summed (a collective), written to ``data_report.json`` and logged by rank 0.
@@ -515,7 +652,8 @@ class Trainer:
         limit = self.cfg.data.max_skip_fraction
         over = over_limit(ledger.seen, ledger.total, limit, final=True)
         result.data_report = {**ledger.to_dict(), "max_skip_fraction": limit, "over_limit": over,
-                              "step": self.step, "data_shards": len(reports), "packing": packing.to_dict()}
+                              "step": self.step, "data_shards": len(reports), "packing": packing.to_dict(),
+                              **self.guard.report()}
         if ctx.is_main:
             path = atomic_write_json(self.output_dir / DATA_REPORT, result.data_report, writer="train")
             if ledger.total:
@@ -525,7 +663,8 @@ class Trainer:
                 logger.info("data: %d samples seen, none skipped; report: %s", ledger.seen, path)
         log.log({"step": self.step, **self._progress(), "samples_seen": ledger.seen, "samples_used": ledger.seen - ledger.total,
                  "skipped": ledger.total, "skipped_share": round(ledger.share, 6),
-                 "skipped_by_reason": dict(sorted(ledger.counts.items())), "data_report": DATA_REPORT})
+                 "skipped_by_reason": dict(sorted(ledger.counts.items())), "data_report": DATA_REPORT,
+                 **self.guard.report()})
         return ledger
 
     def _limit_error(self, ledger: SkipLedger) -> Exception:
@@ -542,7 +681,8 @@ class Trainer:
         router = {"aux_loss": aux_sum / (steps * ctx.world_size)} if self.router_coef else {}
         return {"step": self.step, "loss": loss_sum / max(count, 1.0), **router, "lr": lr, "grad_norm": norm_sum / steps,
                 "label_tokens": int(count), "tokens_per_s": float(tok.item()) / ctx.sp_degree / max(seconds, 1e-9),
-                **self._progress(), "samples_seen": self.skips[0], "skipped": self.skips[1]}
+                **self._progress(), "samples_seen": self.skips[0], "skipped": self.skips[1],
+                **{k: v for k, v in self.guard.report().items() if isinstance(v, int)}}
 
     def _progress(self) -> dict[str, float]:
         """``epoch_progress``: the share of the run's steps done; ``epoch`` (training by epochs): the epochs done,
@@ -563,6 +703,13 @@ def _tokens(batch: dict[str, Any]) -> int:
     if "cu_seqlens" in batch:
         return int(batch["input_ids"].shape[1])
     return int(batch["attention_mask"].sum())
+
+
+def _collective_line(error: BaseException) -> str:
+    """A collective's error in a few words: its first sentence, without the source location gloo puts first."""
+    text = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text)
+    return text.split(". ")[0][:200]
 
 
 def run(config: TrainConfig | str | Path, overrides: Iterable[str] = (), *, progress: bool = True,
