@@ -1,4 +1,5 @@
-"""The model of a training run: load, patch, guard, freeze, checkpointing, LoRA and FSDP2 sharding.
+"""The model of a training run: load, patch, guard, freeze, checkpointing, LoRA, Liger kernels, regional compilation
+and FSDP2 sharding.
 
 Master weights are fp32 unless ``fsdp.mixed_precision: pure_bf16``. With several processes and
 ``fsdp.fsdp2`` every layer class (``transformer_layer_cls_to_wrap``, else the model's
@@ -25,6 +26,7 @@ from vlforge.config.schema import TrainConfig
 from vlforge.dist import DistContext
 from vlforge.errors import ConfigError
 from vlforge.models.adapters import apply_lora, freeze
+from vlforge.models.blocks import apply_checkpointing, compile_blocks
 from vlforge.models.families import supports
 from vlforge.models.module_names import resolve_layer_classes
 
@@ -94,12 +96,7 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
     if cfg.fsdp.fsdp2 and cfg.fsdp.transformer_layer_cls_to_wrap and not ctx.distributed:
         layer_classes(model, cfg.fsdp.transformer_layer_cls_to_wrap)  # checked (and logged) before work starts
         logger.info("FSDP2: one process, no sharding (fsdp.transformer_layer_cls_to_wrap checked, not used)")
-    if cfg.model.gradient_checkpointing:
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
+    apply_checkpointing(model, cfg.model.checkpointing(), loaded.family)  # none / selective / full (models.blocks)
     if cfg.packing.packing and cfg.resolved_attn_implementation() == "sdpa":
         from vlforge.models.varlen import use_for_text
 
@@ -114,6 +111,12 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
             freeze(model.base_model.model, cfg.model.freeze_modules)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         logger.info("LoRA: %d trainable adapter parameters (r=%d)", trainable, cfg.model.lora.r)
+    if cfg.use_liger_kernel:
+        from vlforge.train.liger import apply_liger
+
+        apply_liger(model, loaded.family, ctx.device)
+    if cfg.model.compile:
+        compile_blocks(model, loaded.family)  # after every forward change, before FSDP2 (torchtitan's order)
     model.train()
     sharded = ctx.distributed and cfg.fsdp.fsdp2
     if sharded:
