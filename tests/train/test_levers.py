@@ -123,7 +123,7 @@ def test_low_precision_optimizer_states_equal_adamw_at_first_then_stay_close():
             opt.zero_grad()
             pair.append(loss.item())
         losses.append(pair)
-        worst = max(float((a - b).abs().max()) for a, b in zip(nets[0].parameters(), nets[1].parameters()))
+        worst = max(float((a - b).abs().max()) for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True))
         if step == 0:
             assert worst == 0.0  # moments computed in float32 before they are stored rounded
     assert all(a == pytest.approx(b, rel=1e-3) for a, b in losses) and losses[-1][0] < losses[0][0]

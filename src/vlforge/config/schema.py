@@ -376,7 +376,10 @@ class TrainConfig(StrictModel):
     """Ulysses sequence-parallel degree (every family): ranks that split one sequence; divides processes and heads
     (Qwen3.5: also its linear-attention key heads)."""
     use_liger_kernel: bool = False
-    """Use Liger fused kernels when liger-kernel is installed."""
+    """Apply Liger's Triton kernels (liger-kernel, CUDA) to the family's RMSNorms, SwiGLU MLPs and rope where they
+    compute the same maths, and its fused linear cross-entropy over the label rows; every replaced module is logged,
+    what cannot be replaced is named in one warning (docs/train.md, "Speed levers"). Without liger-kernel or a CUDA
+    GPU: one warning, nothing replaced."""
     use_rmpad: bool = False
     """Remove padding; in vlforge this is ``packing.packing`` (varlen packed rows): a different value logs a
     warning."""
@@ -446,6 +449,9 @@ def _inert_warnings(cfg: TrainConfig) -> list[str]:
     notes: list[str] = []
     if cfg.use_liger_kernel and not _importable("liger_kernel"):
         notes.append("use_liger_kernel: true has no effect: liger-kernel is not installed here")
+    elif cfg.use_liger_kernel and (cfg.training.use_cpu or not _cuda_available()):
+        notes.append("use_liger_kernel: true has no effect: no CUDA GPU here (Liger's kernels are Triton kernels for "
+                     "CUDA devices)")
     if cfg.video.video_backend != "pyav":
         notes.append(
             f"video.video_backend: {cfg.video.video_backend!r} has no effect: vlforge decodes video with PyAV "
@@ -514,6 +520,12 @@ def _check_schedule_kwargs(kind: str, kwargs: dict[str, Any]) -> None:
             raise field_error(f"lr_scheduler_kwargs.{key}", f"must be in [0, 1] (got {value!r})")
         if check == "positive" and value <= 0:
             raise field_error(f"lr_scheduler_kwargs.{key}", f"must be greater than 0 (got {value!r})")
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _flash_attention_usable() -> bool:

@@ -150,9 +150,25 @@ def forward_loss(model: torch.nn.Module, batch: dict[str, Any], device: torch.de
         inputs.pop("attention_mask", None)
         inputs.update(packed_kwargs(batch, device))
     extra = {"output_router_logits": True} if router_aux else {}
-    out, logits = masked_logits(model, inputs, full.to(device), use_cache=False, **extra)
+    head = fused_loss_head(model) if _takes_mask() else None
+    if head is not None:  # use_liger_kernel: the head returns the token-sum of its fused linear cross-entropy
+        head._vlforge_targets = targets
+        try:
+            out = model(**inputs, logits_to_keep=full.to(device), use_cache=False, **extra)
+        finally:
+            head._vlforge_targets = None
+        token_sum = out.logits
+    else:
+        out, logits = masked_logits(model, inputs, full.to(device), use_cache=False, **extra)
+        token_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
     aux = getattr(out, "aux_loss", None) if router_aux else None
     if router_aux and aux is None:
         raise ValueError(f"{type(model).__name__} returned no aux_loss with output_router_logits=True")
-    return LossTerms(F.cross_entropy(logits.float(), targets, reduction="sum"),
-                     None if aux is None else aux.float())
+    return LossTerms(token_sum, None if aux is None else aux.float())
+
+
+def fused_loss_head(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The output head that computes the loss itself from targets (Liger's fused linear cross-entropy, put there by
+    :func:`vlforge.train.liger.apply_liger`), else None."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return head if head is not None and hasattr(head, "_vlforge_targets") else None
