@@ -268,8 +268,11 @@ class FsdpConfig(StrictModel):
     transformer_layer_cls_to_wrap: list[str] | None = None
     """Layer classes sharded as units, checked against the model (a name without transformers 5's ``Text`` part
     is accepted); null uses the model's own ``_no_split_modules``."""
-    reshard_after_forward: bool = True
-    """Free gathered parameters after the forward (less memory, one more all-gather in backward)."""
+    reshard_after_forward: bool | None = None
+    """Free gathered parameters after the forward (less memory, one more all-gather in backward). null (auto): the
+    last decoder layer never reshards (its backward comes first), the others do, unless every rank is on one node and
+    the memory plan with nothing resharded fits the free memory of every rank (then none reshards). One process
+    shards nothing, so there is nothing to reshard."""
     mixed_precision: Literal["fp32_master", "pure_bf16"] = "fp32_master"
     """With bf16: fp32 master weights and fp32 gradient reduction, or everything in bf16 (less memory)."""
     param_dtype: Literal["float32", "bfloat16", "float16"] | None = None
@@ -385,9 +388,10 @@ class TrainConfig(StrictModel):
     warning."""
     dataloader_num_workers: int = Field(default=0, ge=0)
     """DataLoader worker processes per training process."""
-    dataloader_pin_memory: bool = False
-    """Copy each batch into pinned (page-locked) host memory before the non-blocking copy to a CUDA device
-    (no effect on the CPU)."""
+    dataloader_pin_memory: bool = True
+    """Copy each batch into pinned (page-locked) host memory before the non-blocking copy to a CUDA device, so the
+    copy does not wait for the kernels queued before it (transformers' and LMMS Engine's default too; no effect on
+    the CPU)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -479,7 +483,8 @@ def _inert_warnings(cfg: TrainConfig) -> list[str]:
         not packing.filter_overlong or packing.max_length is not None
     ):
         notes.append("packing.packing_length has no effect: packing is off and it is not the filter_overlong limit")
-    if not cfg.fsdp.fsdp2 and (cfg.fsdp.transformer_layer_cls_to_wrap is not None or not cfg.fsdp.reshard_after_forward):
+    if not cfg.fsdp.fsdp2 and (cfg.fsdp.transformer_layer_cls_to_wrap is not None
+                               or cfg.fsdp.reshard_after_forward is not None):
         notes.append("fsdp.transformer_layer_cls_to_wrap / reshard_after_forward have no effect: fsdp.fsdp2 is false")
     if cfg.training.eval_strategy == "no" and cfg.training.eval_steps is not None:
         notes.append("training.eval_steps has no effect: training.eval_strategy is 'no'")
@@ -487,7 +492,7 @@ def _inert_warnings(cfg: TrainConfig) -> list[str]:
         notes.append("fsdp.mixed_precision: 'pure_bf16' has no effect with fp16")
     if cfg.training.learning_rate == 0:
         notes.append("training.learning_rate: 0 trains nothing: every update is zero and the weights stay as loaded")
-    if cfg.training.use_cpu and cfg.dataloader_pin_memory:
+    if cfg.training.use_cpu and cfg.dataloader_pin_memory and "dataloader_pin_memory" in cfg.model_fields_set:
         notes.append("dataloader_pin_memory: true has no effect: training.use_cpu is true (pinning serves copies "
                      "to a CUDA device)")
     return notes

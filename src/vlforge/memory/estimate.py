@@ -4,7 +4,8 @@ The parts, per rank (``shard`` = the ranks FSDP2 shards over; 1 in one process):
 
 * **parameters**: every parameter in the master dtype (fp32, or bf16 with ``pure_bf16``) / ``shard``;
 * **gathered / cast weights**: under FSDP2 the root unit's parameters (embeddings, vision tower, ``lm_head``)
-  stay gathered in the compute dtype and two decoder layers are gathered at a time; in one process with
+  stay gathered in the compute dtype and two decoder layers are gathered at a time (every layer with
+  ``fsdp.reshard_after_forward: false``); in one process with
   bf16 autocast over fp32 weights, the bf16 copy of every weight matrix is kept for the backward;
 * **gradients** (master dtype) and **optimizer** (AdamW: two states, in the master dtype or in
   ``training.optimizer_state_dtype``) of the trainable parameters / ``shard``; with bfloat16 states the optimiser
@@ -180,11 +181,11 @@ def _build_trainable(cfg: Any, model_config: Any, dtype: torch.dtype) -> torch.n
     return model
 
 
-def _root_and_units(model: torch.nn.Module) -> tuple[int, int]:
-    """``(parameters outside the text decoder layers, parameters of the largest layer)``."""
+def _root_and_units(model: torch.nn.Module) -> tuple[int, int, int]:
+    """``(parameters outside the text decoder layers, parameters of the largest layer, of all layers)``."""
     _owner, layers = find_stack(model, "text")
     per_layer = [_count(layer.parameters()) for layer in layers]
-    return _count(model.parameters()) - sum(per_layer), max(per_layer)
+    return _count(model.parameters()) - sum(per_layer), max(per_layer), sum(per_layer)
 
 
 def _matrix_params(model: torch.nn.Module) -> int:
@@ -208,10 +209,11 @@ def estimate_memory(cfg: Any, model_config: Any, *, world: int = 1, device: torc
     model = _trainable_model(cfg, model_config, compute)
     total = _count(model.parameters())
     trainable = _count(p for p in model.parameters() if p.requires_grad)
-    root, unit = _root_and_units(model)
+    root, unit, units = _root_and_units(model)
     parts: dict[str, int] = {"parameters": total * mb // shard}
-    if sharded:
-        parts["gathered_weights"] = (root + 2 * unit) * cb
+    if sharded:  # two layers at a time, or every layer when nothing reshards after the forward
+        kept = units if getattr(cfg.fsdp, "reshard_after_forward", None) is False else 2 * unit
+        parts["gathered_weights"] = (root + kept) * cb
     elif compute != master:
         parts["cast_weights"] = _matrix_params(model) * cb  # autocast's bf16 copies, kept for the backward
     parts["gradients"] = trainable * mb // shard

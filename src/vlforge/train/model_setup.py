@@ -198,6 +198,40 @@ def fill_missing_grads(model: torch.nn.Module) -> None:
             param.grad = torch.zeros_like(param)
 
 
+def resolve_reshard(cfg: TrainConfig, ctx: DistContext) -> bool:
+    """``fsdp.reshard_after_forward``, or for null (auto): False when every rank is on one node and the memory plan
+    with nothing resharded fits every rank's free memory (decided together: the minimum over ranks), else True."""
+    import os
+
+    setting = cfg.fsdp.reshard_after_forward
+    if setting is not None:
+        return setting
+    one_node = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size)) == ctx.world_size
+    fits = 0
+    if one_node:
+        try:
+            from vlforge.memory.estimate import estimate_memory
+            from vlforge.memory.verdict import free_bytes
+            from vlforge.models.load import load_model_config
+
+            kept = cfg.model_copy(update={"fsdp": cfg.fsdp.model_copy(update={"reshard_after_forward": False})})
+            with torch.random.fork_rng(devices=[ctx.device] if ctx.device.type == "cuda" else []):
+                peak = estimate_memory(kept, load_model_config(cfg.model.load_from_pretrained_path),
+                                       world=ctx.world_size, device=ctx.device).peak_bytes
+            free = free_bytes(ctx.device, ctx.world_size)
+            fits = int(free is not None and peak <= free * RESHARD_MARGIN)
+        except Exception as error:  # an estimate must never stop a run: reshard (the memory-safe choice)
+            logger.debug("fsdp: no estimate for reshard_after_forward (%s: %s)", type(error).__name__, error)
+    keep = bool(ctx.all_reduce_min(fits))
+    logger.info("fsdp.reshard_after_forward (auto): %s", "off: one node, and the plan with every layer kept gathered "
+                "fits" if keep else "on, except the last decoder layer" + ("" if one_node else " (several nodes)"))
+    return not keep
+
+
+RESHARD_MARGIN = 0.85
+"""Share of the free memory the plan with nothing resharded may use before auto keeps resharding."""
+
+
 def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext) -> None:
     """``fully_shard`` each layer-class module, then the root (in place)."""
     from torch.distributed.fsdp import fully_shard
@@ -215,9 +249,11 @@ def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext) -> N
     if in_tower:
         logger.info("FSDP2: the %d vision-tower layers stay in the root unit (the tower runs 0, 1 or 2 times per "
                     "forward depending on the batch, which per-layer units cannot follow across ranks)", in_tower)
-    for module in units:
-        fully_shard(module, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward, mp_policy=policy)
-    fully_shard(model, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward, mp_policy=policy)
+    reshard = resolve_reshard(cfg, ctx)
+    for index, module in enumerate(units):
+        last = index == len(units) - 1 and cfg.fsdp.reshard_after_forward is None  # auto: its backward comes first
+        fully_shard(module, mesh=mesh, reshard_after_forward=reshard and not last, mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
     # A rank whose batch has no image leaves the tower's gradients None: reduce zeros so all ranks match.
     model.set_reduce_scatter_unused_params(True)
     if ctx.device.type != "cpu":

@@ -52,7 +52,7 @@ from vlforge.models.families import supports
 from vlforge.outputs import atomic_write_json
 from vlforge.train import checkpoint as ckpt
 from vlforge.train.data_setup import RankData, open_stream, processor_for
-from vlforge.train.loss import LossTerms, forward_loss, label_count, router_aux_coef
+from vlforge.train.loss import LossTerms, forward_loss, label_count, router_aux_coef, to_device
 from vlforge.train.metrics import MetricsLogger
 from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler
@@ -163,7 +163,7 @@ def step_totals(ctx: DistContext, batches: list[dict[str, Any]] | None, count: A
     """
     local = torch.stack([count(b) for b in batches]).sum().float() if batches else torch.zeros(())
     if not ctx.distributed:
-        return (None if batches is None else local.to(ctx.device)), skips
+        return (None if batches is None else to_device(local, ctx.device)), skips
     mine = skips if ctx.rank % ctx.sp_degree == 0 else (0, 0)
     values = torch.tensor([0.0, 1.0 if batches is not None else 0.0, *mine], dtype=torch.float64)
     values[0] = local.cpu().double()
