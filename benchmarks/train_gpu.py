@@ -72,6 +72,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "selective": {"model.activation_checkpointing": "selective"},
     "full": {"model.activation_checkpointing": "full"},
     "bf16_states": {"training.optimizer_state_dtype": "bfloat16"},
+    # what real:qwen3_vl_8b needs on one 141 GB GPU (vlforge plan): run it with --model real:qwen3_vl_8b
+    "selective+bf16_states": {"model.activation_checkpointing": "selective", "training.optimizer_state_dtype": "bfloat16"},
 }
 DATA_KINDS = ("text", "image", "video")
 WORDS = ("red", "blue", "circle", "square", "small", "large", "left", "right", "above", "below", "shape", "colour",
@@ -528,19 +530,26 @@ def main() -> None:
                              "variant": name.split("/")[-1], "error": f"{type(error).__name__}: {error}"}
                 entry["run_seconds"] = round(time.perf_counter() - begin, 2)
                 record["runs"].append(entry)
+                if args.out:  # after every run: a run stopped from outside keeps what was measured
+                    _write(args.out, {**record, "partial": True})
                 with contextlib.suppress(Exception):
                     torch._dynamo.reset()  # each compiled run starts from the same state
     record["ratios"] = ratios(record["runs"])
     record["total_seconds"] = round(time.perf_counter() - started, 2)
     record["utc_end"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    text = json.dumps(record, indent=2)
-    print(text)
+    print(json.dumps(record, indent=2))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n", encoding="utf-8")
+        _write(args.out, record)
     if any("error" in r for r in record["runs"]):
         sys.exit("train_gpu: run(s) failed: " + ", ".join(f"{r['engine']}/{r['data']}/{r['variant']}"
                                                           for r in record["runs"] if "error" in r))
+
+
+def _write(path: Path, record: dict[str, Any]) -> None:
+    from vlforge.outputs import atomic_write_text
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(record, indent=2) + "\n")
 
 
 def ratios(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -90,3 +90,21 @@ def test_lmms_peer_says_why_it_did_not_run(tmp_path):
 
     entry = run_lmms(tmp_path / "data.jsonl", "text", SIZES["tiny"], torch.device("cuda"), tmp_path)
     assert entry["engine"] == "lmms-engine" and entry["tokens_per_s"] is None and entry["skipped"]
+
+
+def test_the_figures_region_renders_a_record_and_says_when_there_is_none():
+    import readme_figures
+
+    missing = readme_figures.render_train_gpu({"missing": True, "record": "benchmarks/records/train_gpu_h200.json"})
+    assert missing.startswith("No GPU record yet") and "train_gpu_h200.json" in missing
+    run = {"engine": "vlforge", "data": "text", "variant": "eager", "tokens_per_s": 1000.0, "mfu_vlforge": 0.36,
+           "mfu_lmms": 0.41, "vision_flops_share": 0.0, "peak_memory_bytes": 2**31, "gpu_idle_share": 0.05}
+    hf = {**run, "engine": "transformers.Trainer", "variant": "padded", "tokens_per_s": 500.0, "mfu_vlforge": 0.18}
+    record = {"record": "r.json", "size": "real", "utc_end": "2026-12-01T10:00:00+00:00",
+              "environment": {"gpu": "GPU X", "torch": "2.x", "cuda": "13"},  # made-up figures, never quoted
+              "runs": [run, hf, {"engine": "lmms-engine", "data": "text", "variant": "hf", "skipped": "no venv"}],
+              "ratios": {"text": {"best_variant": "eager", "best_vs_trainer": 2.0}}, "not_run": []}
+    text = readme_figures.render_train_gpu(record)
+    assert "| text | vlforge | eager | 1,000 | 36.0% | 41.0% | 0.0% | 2.0 | 5.0% |" in text
+    assert "target 35%: met" in text and "2.00x `transformers.Trainer` (target 1.5x: met)" in text
+    assert "not run: no venv" in text

@@ -210,3 +210,32 @@ def test_regional_compile_equals_eager_on_the_cpu(tmp_path, checkpoint, caplog):
     assert "model.language_model.layers.0.self_attn.q_proj.weight" in dict(compiled.model.named_parameters())
     assert got == pytest.approx(expected, rel=1e-5)  # inductor reorders float sums: equal to 1e-5, not bitwise
     print(f"compile test: {time.perf_counter() - begin:.1f} s for 2 compiled steps")
+
+
+def test_reshard_after_forward_auto_follows_the_start_up_plan(monkeypatch):
+    from vlforge.dist import DistContext
+    from vlforge.memory.estimate import estimate_memory
+    from vlforge.memory.verdict import startup_verdict
+    from vlforge.models.load import load_model_config
+    from vlforge.train.model_setup import resolve_reshard
+
+    cfg = load_config(TINY, ["fsdp.reshard_after_forward=null"])
+    assert cfg.fsdp.reshard_after_forward is None and TrainConfig.model_fields  # auto (the schema's default)
+    assert load_config(TINY, []).fsdp.reshard_after_forward is True  # the example writes true
+    ctx = DistContext(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), owns_group=False)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert resolve_reshard(cfg, ctx, keep_gathered=True) is False
+    assert resolve_reshard(cfg, ctx, keep_gathered=False) is True
+    assert resolve_reshard(cfg, ctx, keep_gathered=None) is True  # no plan (model.memory_plan: false): reshard
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # a node-local size unlike the world size: several nodes
+    assert resolve_reshard(cfg, ctx, keep_gathered=True) is True
+    explicit = load_config(TINY, ["fsdp.reshard_after_forward=false"])
+    assert resolve_reshard(explicit, ctx, keep_gathered=False) is False  # as written
+    model_config = load_model_config("real:qwen3_vl_2b")  # 28 layers: keeping them gathered costs 26 more
+    sharded = estimate_memory(cfg, model_config, world=4)
+    kept = estimate_memory(explicit, model_config, world=4)
+    assert sharded.gathered_extra > 0 and kept.gathered_extra == 0
+    assert kept.parts["gathered_weights"] - sharded.parts["gathered_weights"] == sharded.gathered_extra
+    facts: dict = {}
+    startup_verdict(cfg, world=4, device=torch.device("cpu"), local_processes=4, facts=facts)
+    assert facts["keep_gathered"] is True  # the tiny model fits this host many times over

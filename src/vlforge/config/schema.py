@@ -271,8 +271,8 @@ class FsdpConfig(StrictModel):
     reshard_after_forward: bool | None = None
     """Free gathered parameters after the forward (less memory, one more all-gather in backward). null (auto): the
     last decoder layer never reshards (its backward comes first), the others do, unless every rank is on one node and
-    the memory plan with nothing resharded fits the free memory of every rank (then none reshards). One process
-    shards nothing, so there is nothing to reshard."""
+    the start-up memory plan (``model.memory_plan``) with every layer kept gathered fits 85% of the free memory
+    (then none reshards). One process shards nothing, so there is nothing to reshard."""
     mixed_precision: Literal["fp32_master", "pure_bf16"] = "fp32_master"
     """With bf16: fp32 master weights and fp32 gradient reduction, or everything in bf16 (less memory)."""
     param_dtype: Literal["float32", "bfloat16", "float16"] | None = None
@@ -528,8 +528,10 @@ def _check_schedule_kwargs(kind: str, kwargs: dict[str, Any]) -> None:
 
 
 def _cuda_available() -> bool:
-    import torch
-
+    try:
+        import torch
+    except ImportError:  # checks before work run without torch: no CUDA to speak of
+        return False
     return torch.cuda.is_available()
 
 

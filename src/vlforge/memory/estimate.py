@@ -91,6 +91,8 @@ class MemoryEstimate:
     shard: int
     sp: int
     notes: list[str] = field(default_factory=list)
+    gathered_extra: int = 0
+    """Bytes the peak grows by when no FSDP2 unit reshards after the forward (every layer stays gathered)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"peak_bytes_per_rank": self.peak_bytes, "parts": dict(self.parts), "parameters": self.parameters,
@@ -244,7 +246,8 @@ def estimate_memory(cfg: Any, model_config: Any, *, world: int = 1, device: torc
         largest = max((p.numel() for p in model.parameters() if p.requires_grad), default=0) // shard
         step_temp = 3 * 4 * max(min(OPTIMIZER_CHUNK_ELEMENTS, trainable // shard), largest)
         peak = max(peak, parts["parameters"] + parts["gradients"] + parts["optimizer"] + step_temp)
-    return MemoryEstimate(parts, int(peak), load, total, trainable, world, shard, sp)
+    extra = (units - 2 * unit) * cb if sharded and getattr(cfg.fsdp, "reshard_after_forward", None) is not False else 0
+    return MemoryEstimate(parts, int(peak), load, total, trainable, world, shard, sp, gathered_extra=max(0, extra))
 
 
 def _text_activations(cfg: Any, model: torch.nn.Module, load: Workload, dtype: torch.dtype,

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from vlforge.errors import ConfigError
-from vlforge.models.families import family
+from vlforge.models.families import FAMILIES, family
 
 logger = logging.getLogger(__name__)
 
@@ -100,10 +100,11 @@ def apply_checkpointing(model: torch.nn.Module, mode: str, family_name: str) -> 
     by class. A model whose family record names classes it does not have is a :class:`ConfigError`."""
     if mode not in CHECKPOINTING:
         raise ValueError(f"activation checkpointing mode {mode!r} (known: {', '.join(CHECKPOINTING)})")
-    counts = block_counts(model, family_name)
     if mode == "none":
-        return counts
-    if not counts:
+        return Counter()
+    known = family_name in FAMILIES
+    counts = block_counts(model, family_name) if known else Counter()
+    if known and not counts:
         record = family(family_name)
         raise ConfigError(f"model.activation_checkpointing: {mode}: {type(model).__name__} has no "
                           f"{record.text_layer_class} or {record.vision_block_class} (family {family_name})")
@@ -114,6 +115,11 @@ def apply_checkpointing(model: torch.nn.Module, mode: str, family_name: str) -> 
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if not known:  # no record: every layer transformers checkpoints
+        model.config.use_cache = False
+        logger.info("activation checkpointing: %s on the layers transformers checkpoints (%s has no vlforge record)",
+                    mode, family_name)
+        return counts
     unwrapped = [name for name, m in block_modules(model, family_name) if not getattr(m, "gradient_checkpointing", 0)]
     if unwrapped:  # the record's blocks are the ones transformers checkpoints: anything else is a stale record
         raise ConfigError(f"model.activation_checkpointing: {mode}: transformers did not checkpoint "
@@ -130,10 +136,40 @@ def compile_blocks(model: torch.nn.Module, family_name: str, **options: Any) -> 
         record = family(family_name)
         raise ConfigError(f"model.compile: {type(model).__name__} has no {record.text_layer_class} or "
                           f"{record.vision_block_class} (family {family_name})")
+    eager = _eager_regions(model)
     for _, module in block_modules(model, family_name):
         module.compile(**options)
-    logger.info("compile: torch.compile on %s (compiled on first use; the time is logged)", _describe(counts))
+    logger.info("compile: torch.compile on %s (compiled on first use; the time is logged)%s", _describe(counts),
+                f"; run eager between the compiled parts: {', '.join(eager)}" if eager else "")
     return counts
+
+
+def _eager_regions(model: torch.nn.Module) -> list[str]:
+    """Keep dynamo out of vlforge's packed-row forwards inside the blocks (their sample bounds are host-side Python,
+    cached per row: traced, each new row would be a new graph): packed attention and the Gated DeltaNet forward run
+    eager between the compiled parts. Done here, not at import: importing dynamo costs seconds and warning filters."""
+    from vlforge.models import varlen
+
+    found = []
+    if varlen.ATTENTION_NAME in _attention_functions():
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(varlen.ATTENTION_NAME, torch.compiler.disable(varlen.varlen_attention))
+        found.append(varlen.ATTENTION_NAME)
+    layers = [m for m in model.modules() if "_vlforge_stock_forward" in m.__dict__
+              and not getattr(m.forward, "_vlforge_eager", False)]
+    for module in layers:
+        module.forward = torch.compiler.disable(module.forward)
+        module.forward._vlforge_eager = True
+    if layers:
+        found.append(f"{len(layers)} packed Gated DeltaNet forwards")
+    return found
+
+
+def _attention_functions() -> Any:
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ALL_ATTENTION_FUNCTIONS
 
 
 def compiled_graphs() -> int:

@@ -66,8 +66,10 @@ def layer_classes(model: torch.nn.Module, names: list[str] | None) -> set[type]:
     return {found[name] for name in wanted if name in found}
 
 
-def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
-    """Load and prepare the model of ``cfg`` on this process's device (see the module docstring)."""
+def prepare_model(cfg: TrainConfig, ctx: DistContext, *, keep_gathered: bool | None = None) -> TrainModel:
+    """Load and prepare the model of ``cfg`` on this process's device (see the module docstring).
+
+    ``keep_gathered``: the start-up memory plan's answer for ``fsdp.reshard_after_forward`` auto (rank 0's)."""
     import vlforge
     from vlforge.diagnosis.guard import guard
     from vlforge.models.load import load
@@ -120,7 +122,7 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
     model.train()
     sharded = ctx.distributed and cfg.fsdp.fsdp2
     if sharded:
-        shard_model(model, cfg, ctx)
+        shard_model(model, cfg, ctx, keep_gathered)
     else:
         model.to(ctx.device)
         if cfg.fsdp.output_dtype:  # what FSDP2's policy does to each unit's outputs, without sharding
@@ -198,41 +200,27 @@ def fill_missing_grads(model: torch.nn.Module) -> None:
             param.grad = torch.zeros_like(param)
 
 
-def resolve_reshard(cfg: TrainConfig, ctx: DistContext) -> bool:
-    """``fsdp.reshard_after_forward``, or for null (auto): False when every rank is on one node and the memory plan
-    with nothing resharded fits every rank's free memory (decided together: the minimum over ranks), else True."""
+def resolve_reshard(cfg: TrainConfig, ctx: DistContext, keep_gathered: bool | None = None) -> bool:
+    """``fsdp.reshard_after_forward``, or for null (auto): False when every rank is on one node and the start-up
+    memory plan (rank 0's, ``keep_gathered``) found that the peak with every layer kept gathered fits, else True."""
     import os
 
     setting = cfg.fsdp.reshard_after_forward
     if setting is not None:
         return setting
     one_node = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size)) == ctx.world_size
-    fits = 0
-    if one_node:
-        try:
-            from vlforge.memory.estimate import estimate_memory
-            from vlforge.memory.verdict import free_bytes
-            from vlforge.models.load import load_model_config
-
-            kept = cfg.model_copy(update={"fsdp": cfg.fsdp.model_copy(update={"reshard_after_forward": False})})
-            with torch.random.fork_rng(devices=[ctx.device] if ctx.device.type == "cuda" else []):
-                peak = estimate_memory(kept, load_model_config(cfg.model.load_from_pretrained_path),
-                                       world=ctx.world_size, device=ctx.device).peak_bytes
-            free = free_bytes(ctx.device, ctx.world_size)
-            fits = int(free is not None and peak <= free * RESHARD_MARGIN)
-        except Exception as error:  # an estimate must never stop a run: reshard (the memory-safe choice)
-            logger.debug("fsdp: no estimate for reshard_after_forward (%s: %s)", type(error).__name__, error)
-    keep = bool(ctx.all_reduce_min(fits))
-    logger.info("fsdp.reshard_after_forward (auto): %s", "off: one node, and the plan with every layer kept gathered "
-                "fits" if keep else "on, except the last decoder layer" + ("" if one_node else " (several nodes)"))
+    mine = bool(keep_gathered) if ctx.is_main else True  # rank 0 planned; the others follow it
+    keep = bool(ctx.all_reduce_min(int(one_node and mine)))
+    if keep:
+        logger.info("fsdp.reshard_after_forward (auto): off: one node, and the memory plan with every layer gathered "
+                    "fits")
+    else:
+        why = "several nodes" if not one_node else "no memory plan" if keep_gathered is None else "the plan needs it"
+        logger.info("fsdp.reshard_after_forward (auto): on, except the last decoder layer (%s)", why)
     return not keep
 
 
-RESHARD_MARGIN = 0.85
-"""Share of the free memory the plan with nothing resharded may use before auto keeps resharding."""
-
-
-def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext) -> None:
+def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext, keep_gathered: bool | None = None) -> None:
     """``fully_shard`` each layer-class module, then the root (in place)."""
     from torch.distributed.fsdp import fully_shard
 
@@ -249,7 +237,7 @@ def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext) -> N
     if in_tower:
         logger.info("FSDP2: the %d vision-tower layers stay in the root unit (the tower runs 0, 1 or 2 times per "
                     "forward depending on the batch, which per-layer units cannot follow across ranks)", in_tower)
-    reshard = resolve_reshard(cfg, ctx)
+    reshard = resolve_reshard(cfg, ctx, keep_gathered)
     for index, module in enumerate(units):
         last = index == len(units) - 1 and cfg.fsdp.reshard_after_forward is None  # auto: its backward comes first
         fully_shard(module, mesh=mesh, reshard_after_forward=reshard and not last, mp_policy=policy)

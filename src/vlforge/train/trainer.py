@@ -48,6 +48,7 @@ from vlforge.config.schema import TrainConfig
 from vlforge.data.errors import SkipLedger, SkipWarnings, limit_error, over_limit
 from vlforge.dist import DistContext, init_distributed
 from vlforge.errors import ConfigError, DataError
+from vlforge.models.blocks import CompileWatch
 from vlforge.models.families import supports
 from vlforge.outputs import atomic_write_json
 from vlforge.train import checkpoint as ckpt
@@ -208,6 +209,7 @@ class Trainer:
         self.resumed_from: Path | None = None
         self.router_coef = 0.0  # router_aux_loss_coef of a MoE model whose config turns the router loss on
         self.step_router_aux = torch.zeros(())  # this rank's mean router loss over the last step's micro-batches
+        self.keep_gathered: bool | None = None  # the start-up plan's answer for fsdp.reshard_after_forward (auto)
 
     # -- set-up -----------------------------------------------------------------------------------
     def check_outputs(self) -> None:
@@ -220,7 +222,7 @@ class Trainer:
         seed_everything(cfg.training.seed)
         self.check_layout()
         self.plan_verdict()
-        self.tm = prepare_model(cfg, ctx)
+        self.tm = prepare_model(cfg, ctx, keep_gathered=self.keep_gathered)
         self.model = self.tm.model
         self.router_coef = router_aux_coef(self.model)
         if self.router_coef:
@@ -270,11 +272,13 @@ class Trainer:
         try:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
             with torch.random.fork_rng(devices=cuda):  # only rank 0 plans: the ranks' RNG streams must not diverge
-                line, over = startup_verdict(self.cfg, world=self.ctx.world_size, device=self.ctx.device,
+                facts: dict[str, Any] = {}
+                line, over = startup_verdict(self.cfg, world=self.ctx.world_size, device=self.ctx.device, facts=facts,
                                              local_processes=local)
         except Exception as error:  # an estimate must never stop a run
             logger.debug("plan: no estimate (%s: %s)", type(error).__name__, error)
             return
+        self.keep_gathered = facts.get("keep_gathered")
         (logger.warning if over else logger.info)(line)
 
     # -- one step ---------------------------------------------------------------------------------
@@ -446,6 +450,7 @@ class Trainer:
         acc = torch.zeros(4, device=ctx.device)  # loss sum, label tokens, grad-norm sum, router-loss sum (since the log)
         tokens, steps_since, since = 0, 0, time.perf_counter()
         last_saved = None
+        watch = CompileWatch() if cfg.model.compile else None
         with MetricsLogger(self.output_dir, main=ctx.is_main, report_to=cfg.logging.report_to,
                            run_name=cfg.logging.run_name or self.output_dir.name, total_steps=self.total,
                            progress=self.progress, start_step=self.step,
@@ -461,8 +466,12 @@ class Trainer:
                     self.stream.close()
                     raise self._limit_error(ledger)
                 lr = self.scheduler.get_last_lr()[0]
+                if watch is not None:
+                    watch.begin()
                 count, loss_sum, norm = self.train_step(batches, count)
                 self.step += 1
+                if watch is not None:  # model.compile: the steps that compiled, with their time
+                    watch.end(self.step)
                 acc += torch.stack([loss_sum, count / ctx.world_size, norm, self.step_router_aux.to(ctx.device)])
                 tokens += sum(_tokens(b) for b in batches)
                 steps_since += 1
