@@ -322,7 +322,8 @@ def run_vlforge(data: Path, kind: str, variant: str, size: dict[str, Any], devic
         counted = flops(model.config, vision, text, head, [s for batch in stats[warm:warm + timed] for s in batch])
         from vlforge.models.blocks import compiled_graphs
 
-        applied = {"compile": bool(cfg.model.compile), "compiled_graphs_so_far": compiled_graphs(), "liger": any(is_liger(m) for m in model.modules()),
+        applied = {"compile": bool(cfg.model.compile),
+                   "compiled_graphs_so_far": compiled_graphs() if cfg.model.compile else 0, "liger": any(is_liger(m) for m in model.modules()),
                    "checkpointing": cfg.model.checkpointing(),
             "optimizer_state_dtype": cfg.training.optimizer_state_dtype}
         return _record("vlforge", kind, size["model"], variant, counted, seconds, device, peak, peak_kind,
@@ -506,34 +507,39 @@ def main() -> None:
                               "runs": [], "not_run": []}
     with tempfile.TemporaryDirectory(prefix="vlforge-train-gpu-") as tmp:
         work = Path(tmp)
+        need = int(size["row"] * (size["warmup"] + size["steps"] + size["profile"]) * 1.6)
+        data = {kind: make_data(kind, work / kind, need, size) for kind in kinds}
+        # the comparisons first (eager and the peers on every kind), then the other variants: a budget cut keeps them
+        first: list[tuple[str, Callable[[], dict[str, Any]]]] = []
+        later: list[tuple[str, Callable[[], dict[str, Any]]]] = []
         for kind in kinds:
-            need = size["row"] * (size["warmup"] + size["steps"] + size["profile"]) * 1.6
-            data = make_data(kind, work / kind, int(need), size)
-            jobs: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-                (f"vlforge/{kind}/{v}", lambda v=v, d=data, k=kind: run_vlforge(d, k, v, size, device, work))
-                for v in (variants if kind == "text" else media)]
+            for v in (variants if kind == "text" else media):
+                job = (f"vlforge/{kind}/{v}", lambda v=v, k=kind: run_vlforge(data[k], k, v, size, device, work))
+                (first if v == "eager" else later).append(job)
             if "trainer" in peers and kind in peer_kinds:
-                jobs.append((f"transformers.Trainer/{kind}",
-                             lambda d=data, k=kind: run_hf_trainer(d, k, size, device, work)))
+                first.append((f"transformers.Trainer/{kind}",
+                              lambda k=kind: run_hf_trainer(data[k], k, size, device, work)))
             if "lmms" in peers and kind in peer_kinds:
-                jobs.append((f"lmms-engine/{kind}", lambda d=data, k=kind: run_lmms(d, k, size, device, work)))
-            for name, job in jobs:
-                if args.budget_seconds and time.perf_counter() - started > args.budget_seconds:
-                    record["not_run"].append({"run": name, "reason": "--budget-seconds spent"})
-                    continue
-                begin = time.perf_counter()
-                try:
-                    entry = job()
-                except Exception as error:  # one run's failure must not lose the others' measurements
-                    logging.exception("run %s failed", name)
-                    entry = {"engine": name.split("/")[0], "data": kind, "model": size["model"],
-                             "variant": name.split("/")[-1], "error": f"{type(error).__name__}: {error}"}
-                entry["run_seconds"] = round(time.perf_counter() - begin, 2)
-                record["runs"].append(entry)
-                if args.out:  # after every run: a run stopped from outside keeps what was measured
-                    _write(args.out, {**record, "partial": True})
+                first.append((f"lmms-engine/{kind}", lambda k=kind: run_lmms(data[k], k, size, device, work)))
+        for name, job in first + later:
+            kind = name.split("/")[1]
+            if args.budget_seconds and time.perf_counter() - started > args.budget_seconds:
+                record["not_run"].append({"run": name, "reason": "--budget-seconds spent"})
+                continue
+            begin = time.perf_counter()
+            try:
+                entry = job()
+            except Exception as error:  # one run's failure must not lose the others' measurements
+                logging.exception("run %s failed", name)
+                entry = {"engine": name.split("/")[0], "data": kind, "model": size["model"],
+                         "variant": name.split("/")[-1], "error": f"{type(error).__name__}: {error}"}
+            entry["run_seconds"] = round(time.perf_counter() - begin, 2)
+            record["runs"].append(entry)
+            if args.out:  # after every run: a run stopped from outside keeps what was measured
+                _write(args.out, {**record, "partial": True})
+            if "compile" in name:
                 with contextlib.suppress(Exception):
-                    torch._dynamo.reset()  # each compiled run starts from the same state
+                    torch._dynamo.reset()  # the next compiled run starts from the same state
     record["ratios"] = ratios(record["runs"])
     record["total_seconds"] = round(time.perf_counter() - started, 2)
     record["utc_end"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")

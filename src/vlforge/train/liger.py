@@ -324,7 +324,11 @@ def _head_forward(self: nn.Linear, hidden_states: torch.Tensor) -> torch.Tensor:
     from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
 
     flat = hidden_states.reshape(-1, hidden_states.shape[-1])
-    return liger_fused_linear_cross_entropy(flat, self.weight, targets, self.bias, reduction="sum").float()
+    weight, bias = self.weight, self.bias
+    if weight.dtype != flat.dtype:  # fp32 master weights under autocast: the cast autocast would make (differentiable)
+        weight = weight.to(flat.dtype)
+        bias = None if bias is None else bias.to(flat.dtype)
+    return liger_fused_linear_cross_entropy(flat, weight, targets, bias, reduction="sum").float()
 
 
 _FORWARDS = {"rms_norm": _norm_forward, "swiglu": _swiglu_forward, "fused_linear_cross_entropy": _head_forward}
