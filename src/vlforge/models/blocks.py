@@ -14,8 +14,11 @@ Activation checkpointing modes (``model.activation_checkpointing``):
   Chosen over every-Nth-layer checkpointing because it saves memory in every layer at a fixed small cost and
   needs no tuning of N per model and row length.
 
-Both wrap exactly the blocks named by the family record (``text_layer_class``, ``vision_block_class``): the
-gradients and the loss are the same as without (tests/train/test_levers.py), only memory and time change.
+Both go through transformers' own ``activation_checkpointing_enable`` (non-reentrant), which checkpoints its
+``GradientCheckpointingLayer`` modules: in every family these are the blocks its record names (``text_layer_class``,
+``vision_block_class``), checked when applied (a record block left out is an error, another checkpointed layer a
+warning). The gradients and the loss are the same as without (tests/train/test_levers.py), only memory and time
+change.
 
 Regional compilation (``model.compile``): ``module.compile()`` on each such block (parameter names, ``state_dict``
 keys and FSDP2 units stay as they are); identical blocks share one compiled graph.
@@ -124,6 +127,13 @@ def apply_checkpointing(model: torch.nn.Module, mode: str, family_name: str) -> 
     if unwrapped:  # the record's blocks are the ones transformers checkpoints: anything else is a stale record
         raise ConfigError(f"model.activation_checkpointing: {mode}: transformers did not checkpoint "
                           f"{unwrapped[0]} (+{len(unwrapped) - 1} more)")
+    ours = {id(m) for _, m in block_modules(model, family_name)}
+    others = sorted({type(m).__name__ for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True
+                     and hasattr(m, "_gradient_checkpointing_func") and id(m) not in ours
+                     and "GradientCheckpointingLayer" in _class_names(m)})
+    if others:
+        logger.warning("activation checkpointing: transformers also checkpoints %s (not in the %s record)",
+                       ", ".join(others), family_name)
     model.config.use_cache = False
     logger.info("activation checkpointing: %s on %s", mode, _describe(counts))
     return counts

@@ -77,8 +77,9 @@ def gemm_conv_forward(conv: nn.Conv2d | nn.Conv3d, x: torch.Tensor) -> torch.Ten
             and weight.is_contiguous():
         # The Qwen-VL layout, one window per row: two views and one GEMM, nothing else dispatched (no select to count
         # the window's elements, no reshape that only forwards to view; tests/patches count the ops)
-        rows = x.view(x.shape[0], -1)
-        out = _compute(rows, weight.view(weight.shape[0], -1), conv.bias, precision)
+        window = math.prod(kernel) * x.shape[1]  # explicit: an empty batch has no -1 to infer
+        rows = x.view(x.shape[0], window)
+        out = _compute(rows, weight.view(weight.shape[0], window), conv.bias, precision)
         return out.view(x.shape[0], weight.shape[0], *_ONES[nd])
     kernel = tuple(kernel)
     if (
