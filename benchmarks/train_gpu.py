@@ -235,7 +235,7 @@ def profiled(device: torch.device, steps: Callable[[], None]) -> dict[str, Any]:
         wall = time.perf_counter() - begin
     kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
     busy = _union_busy([(e.time_range.start, e.time_range.end) for e in kernels]) / 1e6
-    table = prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=12)
+    table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=12)
     return {"gpu_idle_share": round(max(0.0, 1 - busy / wall), 4), "profiled_seconds": round(wall, 4),
             "kernel_seconds": round(busy, 4), "top_kernels": table.splitlines()}
 

@@ -108,3 +108,10 @@ def test_the_figures_region_renders_a_record_and_says_when_there_is_none():
     assert "| text | vlforge | eager | 1,000 | 36.0% | 41.0% | 0.0% | 2.0 | 5.0% |" in text
     assert "target 35%: met" in text and "2.00x `transformers.Trainer` (target 1.5x: met)" in text
     assert "not run: no venv" in text
+
+
+def test_busy_time_is_the_union_of_kernel_intervals():
+    from train_gpu import _union_busy
+
+    assert _union_busy([(0, 10), (5, 12), (20, 25), (21, 22)]) == 17  # overlaps counted once, the gap left out
+    assert _union_busy([]) == 0
