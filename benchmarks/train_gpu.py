@@ -10,8 +10,8 @@ For each data kind (``text``: chats of heavy-tailed length; ``image``: one image
   ``profile`` steps under ``torch.profiler`` (CUDA only: the share of the wall time no kernel ran, and the top
   kernels). No checkpoint or export is written.
 - ``transformers.Trainer``: stock Trainer (sdpa, right-padded batches of the same processed samples, bf16 autocast
-  on CUDA, its default fused AdamW) for the same number of steps, batches of about as many real tokens as a packed
-  row (the same token budget).
+  on CUDA, its default fused AdamW) for the same number of steps, each batch as many samples as fit a packed row
+  when padded to the longest sample of the set (the same budget of computed tokens per step).
 - ``lmms-engine``: LMMS Engine 0.1.4's own trainer (``benchmarks/peers/lmms_train.py``, its hf_trainer, fp32, CPU
   shims) where its venv was built (``scripts/peer_env.py``) and the device is a CPU; otherwise a record saying why
   it did not run.
@@ -39,7 +39,6 @@ import json
 import logging
 import math
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -382,8 +381,8 @@ def run_hf_trainer(data: Path, kind: str, size: dict[str, Any], device: torch.de
     for _ in stream:
         pass
     stream.close()
-    mean = statistics.mean(len(s) for s in samples)
-    batch = max(1, round(size["row"] / mean))
+    # the same per-step budget of computed tokens as a packed row: the batch padded to its longest sample fits the row
+    batch = max(1, size["row"] // max(len(s) for s in samples))
     warm, timed = size["warmup"], size["steps"]
     needed = batch * (warm + timed)
     if len(samples) < needed:

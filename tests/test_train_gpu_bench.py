@@ -57,7 +57,7 @@ def test_tiny_run_covers_every_variant_data_kind_and_the_trainer(tmp_path):
         run = runs[("vlforge", kind, "eager")]
         assert run["vision_patches"] > 0 and 0 < run["vision_flops_share"] < 1
     hf = next(r for (e, _, _), r in runs.items() if e == "transformers.Trainer")
-    assert 0 < hf["padding_efficiency"] < 1 and hf["vision_patches"] > 0
+    assert 0 < hf["padding_efficiency"] <= 1 and hf["vision_patches"] > 0
     assert set(record["ratios"]) == {"text", "image", "video"}
     assert record["ratios"]["image"]["best_vs_trainer"] > 0
     assert set(record["ratios"]["text"]["vs_eager"]) == set(VARIANTS)
