@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import logging
 import time
 from collections import Counter
@@ -53,13 +54,21 @@ def _saved_ops() -> frozenset:
     names = ("mm", "addmm", "_grouped_mm", "_scaled_dot_product_flash_attention",
              "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
              "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward", "_efficient_attention_forward")
-    return frozenset(getattr(aten, name).default for name in names if hasattr(aten, name))
+    ops = {getattr(aten, name).default for name in names if hasattr(aten, name)}
+    try:  # torch's packed varlen attention (vlforge.models.varlen on CUDA) is a custom op: one op to the policy
+        importlib.import_module("torch.nn.attention.varlen")  # registers torch.ops.torch_attn
+
+        ops |= {getattr(torch.ops.torch_attn, name).default for name in ("_varlen_attn", "_varlen_attn_out")
+                if hasattr(torch.ops.torch_attn, name)}
+    except (ImportError, AttributeError, RuntimeError):  # a torch without it
+        pass
+    return frozenset(ops)
 
 
 SAVED_OPS = _saved_ops()
-"""aten ops whose outputs selective checkpointing keeps: matrix multiplies (linear layers, MoE experts) and fused
-attention kernels (their output and log-sum-exp). The batched ``bmm`` of a math-path attention is not among them:
-it would keep the L x L scores."""
+"""Ops whose outputs selective checkpointing keeps: matrix multiplies (linear layers, MoE experts) and fused
+attention kernels (their output and log-sum-exp), torch's varlen attention op included. The batched ``bmm`` of a
+math-path attention is not among them: it would keep the L x L scores."""
 
 
 def selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
