@@ -16,6 +16,10 @@ Sections (every one measured on this machine; nothing is estimated except MFU's 
   (embedding lookups excluded; text-only rows leave the vision tower idle) + 12 x layers x attention width x mean
   causal context; recomputation by checkpointing is not counted (MFU, not HFU).
 - ``extraction``: ``run_extract`` samples/s on generated images (benchmarks/extract.py's ``make_images``).
+- ``patch_trace``: ``torch.profiler`` over the Qwen3-VL patch embedding (bf16 where the device has it), patched vs a
+  bare ``F.linear``, forward+backward: per variant the aten ops dispatched, the host time and (CUDA) the kernels
+  and their device time, so the gap between the two is attributed to the host or to kernels; with ``--trace-dir``
+  the chrome traces are written there.
 
 Timing uses CUDA events on CUDA (behind ``torch.cuda.is_available()``) and ``time.perf_counter`` on CPU.
 ``--size tiny`` on a CPU runs every code path in well under two minutes; ``--size real`` is meant for one GPU.
@@ -362,6 +366,47 @@ def extraction(size: dict[str, Any], device: torch.device) -> dict[str, Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def patch_trace(size: dict[str, Any], device: torch.device, trace_dir: Path | None) -> dict[str, Any]:
+    """Profile patched vs ``F.linear`` forward+backward at the Qwen3-VL window shape (see the module docstring)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    kernel, channels = PATCH_SHAPES["qwen3_vl"]
+    fns, x, params = _patch_variants(kernel, channels, size["windows"], dtype, device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    out: dict[str, Any] = {"windows": size["windows"], "dtype": str(dtype).removeprefix("torch."), "calls": 20}
+    for name in ("patched", "linear"):
+        def step(name=name) -> None:
+            fns[name](x).float().sum().backward()
+            for p in params[name]:
+                p.grad = None
+        for _ in range(5):
+            step()
+        synchronize(device)
+        with profile(activities=activities) as prof:
+            for _ in range(out["calls"]):
+                step()
+            synchronize(device)
+        events = prof.events()
+        aten = [e for e in events if e.name.startswith("aten::") and e.device_type == DeviceType.CPU]
+        kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+        by_kernel: dict[str, float] = {}
+        for e in kernels:
+            by_kernel[e.name] = by_kernel.get(e.name, 0.0) + e.time_range.elapsed_us()
+        out[name] = {"aten_ops_per_call": round(len(aten) / out["calls"], 1),
+                     "host_us_per_call": round(sum(e.self_cpu_time_total for e in aten) / out["calls"], 2),
+                     "kernels_per_call": round(len(kernels) / out["calls"], 1),
+                     "kernel_us_per_call": round(sum(by_kernel.values()) / out["calls"], 2),
+                     "top_kernels_us_per_call": {k[:80]: round(v / out["calls"], 2) for k, v in
+                                                 sorted(by_kernel.items(), key=lambda kv: -kv[1])[:6]}}
+        if trace_dir is not None:
+            trace_dir.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(trace_dir / f"patch_embed_{name}_{out['dtype']}.json"))
+    out["trace_dir"] = None if trace_dir is None else str(trace_dir)
+    return out
+
+
 def markdown(report: dict[str, Any]) -> str:
     """A short markdown table of the headline numbers."""
     env = report["environment"]
@@ -386,12 +431,18 @@ def markdown(report: dict[str, Any]) -> str:
                      f"{t['tokens_per_s']} |")
         lines.append(f"| training MFU | {t['mfu'] if t['mfu'] is not None else 'n/a: ' + t['mfu_reason']} |")
         lines.append(f"| training peak memory (GiB, {t['peak_memory_kind']}) | {t['peak_memory_bytes'] / 2**30:.2f} |")
+    if (pt := report.get("patch_trace")) and "error" not in pt:
+        p, b = pt["patched"], pt["linear"]
+        lines.append(f"| patch trace {pt['dtype']}, {pt['windows']} windows fwd+bwd: patched / linear aten ops, host us, "
+                     f"kernel us per call | {p['aten_ops_per_call']} / {b['aten_ops_per_call']}, "
+                     f"{p['host_us_per_call']} / {b['host_us_per_call']}, "
+                     f"{p['kernel_us_per_call']} / {b['kernel_us_per_call']} |")
     if (x := report.get("extraction")) and "error" not in x:
         lines.append(f"| extraction {x['model']} {x['dtype']}: samples/s | {x['samples_per_s']} |")
     return "\n".join(lines) + "\n"
 
 
-SECTIONS = ("patch_op", "vision_tower", "training", "extraction")
+SECTIONS = ("patch_op", "vision_tower", "training", "extraction", "patch_trace")
 
 
 def main() -> None:
@@ -401,6 +452,7 @@ def main() -> None:
     parser.add_argument("--markdown", nargs="?", const="-", default=None, metavar="PATH",
                         help="also write a markdown table: to PATH, or to stderr without one")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma list from {', '.join(SECTIONS)}")
+    parser.add_argument("--trace-dir", type=Path, default=None, help="write patch_trace's chrome traces here")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -418,7 +470,8 @@ def main() -> None:
                               "environment": environment(device)}
     started = time.perf_counter()
     runners = {"patch_op": lambda: patch_op(size, device), "vision_tower": lambda: vision_tower(size, device, tower_dtype),
-               "training": lambda: training(size, device), "extraction": lambda: extraction(size, device)}
+               "training": lambda: training(size, device), "extraction": lambda: extraction(size, device),
+               "patch_trace": lambda: patch_trace(size, device, args.trace_dir)}
     failed = []
     for name in only:
         begin = time.perf_counter()

@@ -17,9 +17,10 @@ short table, the command's page the full one):
 - ``tiny_train``: the tiny training example of docs/train.md, ``vlforge train
   examples/qwen3_vl_tiny.yaml``, timed from start to exit (wall seconds, first and last logged loss)
 
-Two regions come from committed records instead (``RECORDS``), measured where this script does not measure:
-``gpu_suite`` (a lent GPU) and ``video_peers`` (``benchmarks/video_decode.py --sweep --peers``, which needs the
-qwen-vl-utils peer venv of ``scripts/peer_env.py``; docs/data.md).
+Three regions come from committed records instead (``RECORDS``), measured where this script does not measure:
+``gpu_suite`` and ``train_gpu`` (a lent GPU: ``scripts/gpu_check.sh``) and ``video_peers``
+(``benchmarks/video_decode.py --sweep --peers``, which needs the qwen-vl-utils peer venv of ``scripts/peer_env.py``;
+docs/data.md). A record not committed yet (``OPTIONAL_RECORDS``) renders as a sentence saying so.
 
 Measuring runs each one in its own process, one after the other, and records the machine with it (CPU
 model from /proc/cpuinfo, logical CPUs, torch version and threads, Python, UTC start and end, 1-minute
@@ -445,6 +446,57 @@ def render_video_peers(entry: dict[str, Any]) -> str:
     return head + "\n\n" + body + "\n\n" + "\n".join(lines)
 
 
+TARGETS = {"text": 0.35, "image": 0.30}
+"""MFU targets of issue 36 (vlforge's counting) for `vlforge train` on real:qwen3_vl_2b; and 1.5x the Trainer."""
+
+
+def render_train_gpu(entry: dict[str, Any]) -> str:
+    """``benchmarks/train_gpu.py --size real`` on a lent GPU (``scripts/gpu_check.sh``), or the missing record."""
+    if entry.get("missing"):
+        return (f"No GPU record yet: `{entry['record']}` is written by `scripts/gpu_check.sh` (`benchmarks/train_gpu.py "
+                "--size real`) the first time a session has a GPU, and no GPU figure of `vlforge train` is quoted "
+                "until then. `tests/test_train_gpu_bench.py` runs the same script at `--size tiny` on the CPU.")
+    env = entry["environment"]
+    when = entry["utc_end"].replace("T", " ")[:16]
+    head = (f"Measured on one {env.get('gpu', env.get('device'))}, torch {env['torch']}, CUDA {env.get('cuda')}, "
+            f"{when} UTC; `benchmarks/train_gpu.py --size {entry['size']}` (record `{entry['record']}`). MFU: "
+            "vlforge's counting (causal attention per sample, the vision tower included) / LMMS Engine 0.1.4's "
+            "(2 x vocab x hidden, attention over whole rows, no tower), both of the dense bf16 peak:")
+
+    def pct(value: Any) -> str:
+        return "-" if value is None else f"{value * 100:.1f}%"
+
+    rows = []
+    for run in entry["runs"]:
+        if "error" in run or run.get("skipped"):
+            reason = run.get("error") or run.get("skipped")
+            rows.append([run["data"], run["engine"], str(run.get("variant", "")), "not run: " + reason[:80], "", "",
+                         "", "", ""])
+            continue
+        peak = run.get("peak_memory_bytes")
+        idle = run.get("gpu_idle_share")
+        rows.append([run["data"], run["engine"], str(run["variant"]), f"{run['tokens_per_s']:,.0f}",
+                     pct(run.get("mfu_vlforge")), pct(run.get("mfu_lmms")), pct(run.get("vision_flops_share")),
+                     "-" if peak is None else f"{peak / 2**30:.1f}", pct(idle)])
+    table = _table(["data", "engine", "variant", "tokens/s", "MFU vlforge", "MFU LMMS", "vision FLOPs",
+                    "peak GiB", "GPU idle"], rows)
+    lines = []
+    for kind, ratio in entry.get("ratios", {}).items():
+        best = next(r for r in entry["runs"] if r.get("engine") == "vlforge" and r["data"] == kind
+                    and r.get("variant") == ratio["best_variant"])
+        target = TARGETS.get(kind)
+        parts = [f"best vlforge variant `{ratio['best_variant']}`, MFU {pct(best.get('mfu_vlforge'))}"]
+        if target is not None and best.get("mfu_vlforge") is not None:
+            parts.append(f"target {target * 100:.0f}%: {'met' if best['mfu_vlforge'] >= target else 'NOT met'}")
+        if "best_vs_trainer" in ratio:
+            parts.append(f"{ratio['best_vs_trainer']:.2f}x `transformers.Trainer` (target 1.5x: "
+                         f"{'met' if ratio['best_vs_trainer'] >= 1.5 else 'NOT met'})")
+        lines.append(f"- {kind}: " + ", ".join(parts))
+    for item in entry.get("not_run", []):
+        lines.append(f"- not run: {item['run']} ({item['reason']})")
+    return head + "\n\n" + table + ("\n\n" + "\n".join(lines) if lines else "")
+
+
 @dataclass(frozen=True)
 class Region:
     """A marked region ``<!-- figures:NAME:start/end -->`` of ``file`` rendered from measurement ``name``."""
@@ -464,16 +516,23 @@ REGIONS: tuple[Region, ...] = (
     Region("docs/extract.md", "extract", render_extract_detail),
     Region("docs/train.md", "tiny_train", render_tiny_train),
     Region("README.md", "gpu_suite", render_gpu_suite),
+    Region("README.md", "train_gpu", render_train_gpu),
+    Region("docs/train.md", "train_gpu", render_train_gpu),
     Region("docs/data.md", "video_peers", render_video_peers),
 )
 RECORDS: dict[str, str] = {"gpu_suite": "benchmarks/records/gpu_suite_h200.json",
+                           "train_gpu": "benchmarks/records/train_gpu_h200.json",
                            "video_peers": "benchmarks/records/video_peers.json"}
+OPTIONAL_RECORDS = frozenset({"train_gpu"})
+"""Records a GPU session writes later: until then their region says there is none."""
 """Measurements this script does not take (a GPU; a peer venv of several GB): rendered from the committed
 record file."""
 
 
 def read_record(name: str) -> dict[str, Any]:
     path = REPO / RECORDS[name]
+    if name in OPTIONAL_RECORDS and not path.exists():
+        return {"missing": True, "record": RECORDS[name]}
     try:
         return {**json.loads(path.read_text(encoding="utf-8")), "record": RECORDS[name]}
     except (OSError, json.JSONDecodeError) as error:

@@ -39,7 +39,11 @@ def test_tiny_suite_runs_every_section_on_this_machine(tmp_path):
     assert all(loss == loss and loss > 0 for loss in train["losses"])  # finite, positive
     assert report["extraction"]["samples_per_s"] > 0 and report["extraction"]["images"] == 8
     assert "| training" in table.read_text() and report["section_seconds"].keys() == set(report) & {
-        "patch_op", "vision_tower", "training", "extraction"}
+        "patch_op", "vision_tower", "training", "extraction", "patch_trace"}
+    trace = report["patch_trace"]
+    for name in ("patched", "linear"):  # host side only on a CPU: no kernel timeline
+        assert trace[name]["aten_ops_per_call"] > 0 and trace[name]["kernels_per_call"] == 0
+    assert trace["patched"]["aten_ops_per_call"] - trace["linear"]["aten_ops_per_call"] <= 10
 
 
 def test_mfu_formula_counts_parameters_and_causal_context():

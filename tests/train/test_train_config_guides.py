@@ -67,8 +67,8 @@ def test_qwen3_values() -> None:
 def _expected_inert() -> set[str]:
     """The guide keys that cannot act on this machine, decided from what is importable here."""
     expected = set()  # video_backend: qwen_vl_utils is LMMS Engine's default: no warning
-    if importlib.util.find_spec("liger_kernel") is None:
-        expected.add("use_liger_kernel")
+    if importlib.util.find_spec("liger_kernel") is None or not torch.cuda.is_available():
+        expected.add("use_liger_kernel")  # not installed, or no CUDA GPU for its Triton kernels
     if importlib.util.find_spec("wandb") is None:
         expected.add("logging.report_to")
     if importlib.util.find_spec("flash_attn") is None or not torch.cuda.is_available():

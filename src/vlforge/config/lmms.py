@@ -270,7 +270,10 @@ KEY_TABLE: tuple[KeyMap, ...] = (
     KeyMap("trainer_args.group_by_length", "packing.group_by_length"),
     KeyMap("trainer_args.dataloader_num_workers", "dataloader_num_workers"),
     KeyMap("trainer_args.dataloader_pin_memory", "dataloader_pin_memory"),
-    KeyMap("trainer_args.use_liger_kernel", "use_liger_kernel", "warning when liger-kernel is not installed"),
+    KeyMap("trainer_args.use_liger_kernel", "use_liger_kernel",
+           "on CUDA with liger-kernel: Liger's RMSNorm, SwiGLU, rope and fused linear cross-entropy where the family's "
+           "modules compute the same maths, each replaced module logged, the rest named in one warning (docs/train.md, "
+           "Speed levers); without CUDA or liger-kernel one warning and nothing replaced"),
     KeyMap("trainer_args.use_rmpad", "use_rmpad"),
     KeyMap("trainer_args.sp_ulysses_degree", "sp_ulysses_degree",
            "Ulysses sequence parallelism (every family, the MoE and linear-attention ones included); see Sequence "

@@ -142,7 +142,17 @@ class ModelConfig(StrictModel):
     """Modules whose parameters are not trained: a dotted path, a unique path suffix (``visual`` is
     ``model.visual``) or an alias such as ``vision_tower`` (docs/train.md, "Module names")."""
     gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass to save memory."""
+    """Recompute activations in the backward pass to save memory (LMMS Engine's key): true means
+    ``activation_checkpointing: full`` (another ``activation_checkpointing`` beside it is an error); false leaves
+    the choice to ``activation_checkpointing``."""
+    activation_checkpointing: Literal["none", "selective", "full"] | None = None
+    """What the decoder layers and vision blocks keep for the backward: ``none`` (everything, fastest),
+    ``selective`` (only the outputs of their matrix multiplies and attention kernels; norms, activations, rope
+    and casts are recomputed: little extra compute, less memory), ``full`` (only each block's input; the whole
+    block runs again in the backward, about a third more compute). null: from ``gradient_checkpointing``."""
+    compile: bool = False
+    """Compile each decoder layer and vision block with ``torch.compile`` (regional compilation; the first steps
+    take longer, the compile time is logged)."""
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of all weights; null trains all (unfrozen) weights."""
     patch: bool = True
@@ -164,6 +174,21 @@ class ModelConfig(StrictModel):
     def _none_is_empty(cls, value: Any) -> Any:
         return [] if value is None else value
 
+    @model_validator(mode="after")
+    def _one_checkpointing(self) -> ModelConfig:
+        mode = self.activation_checkpointing
+        if mode is None:
+            return self
+        if self.gradient_checkpointing and mode != "full":
+            raise field_error("activation_checkpointing", f"activation_checkpointing: {mode} contradicts "
+                              "gradient_checkpointing: true (which means full); set one of them")
+        self.gradient_checkpointing = mode == "full"  # one meaning whichever key was written (exact round trip)
+        return self
+
+    def checkpointing(self) -> str:
+        """The activation checkpointing mode: ``activation_checkpointing``, else from ``gradient_checkpointing``."""
+        return self.activation_checkpointing or ("full" if self.gradient_checkpointing else "none")
+
 
 class TrainingConfig(StrictModel):
     """Batch sizes, optimiser, schedule, precision and evaluation cadence."""
@@ -177,6 +202,11 @@ class TrainingConfig(StrictModel):
     optim: Literal["adamw_torch_fused", "adamw_torch"] = "adamw_torch_fused"
     """AdamW implementation: ``adamw_torch_fused`` (the fused kernel where the device has one, else foreach,
     with a log line) or ``adamw_torch`` (``torch.optim.AdamW`` with foreach)."""
+    optimizer_state_dtype: Literal["float32", "bfloat16"] = "float32"
+    """Dtype AdamW keeps its two moment estimates in. ``bfloat16`` halves the optimiser state (each update is
+    computed in float32 from the stored moments, then they are stored rounded; the weights keep their dtype):
+    with fp32 master weights 12 instead of 16 bytes per trainable parameter, what lets Qwen3-VL-8B train on one
+    141 GB GPU (``vlforge plan`` counts it)."""
     weight_decay: float = Field(default=0.0, ge=0)
     """AdamW decoupled weight decay."""
     adam_beta1: float = Field(default=0.9, ge=0, lt=1)
@@ -275,8 +305,11 @@ class FsdpConfig(StrictModel):
     transformer_layer_cls_to_wrap: list[str] | None = None
     """Layer classes sharded as units, checked against the model (a name without transformers 5's ``Text`` part
     is accepted); null uses the model's own ``_no_split_modules``."""
-    reshard_after_forward: bool = True
-    """Free gathered parameters after the forward (less memory, one more all-gather in backward)."""
+    reshard_after_forward: bool | None = None
+    """Free gathered parameters after the forward (less memory, one more all-gather in backward). null (auto): the
+    last decoder layer never reshards (its backward comes first), the others do, unless every rank is on one node and
+    the start-up memory plan (``model.memory_plan``) with every layer kept gathered fits 85% of the free memory
+    (then none reshards). One process shards nothing, so there is nothing to reshard."""
     mixed_precision: Literal["fp32_master", "pure_bf16"] = "fp32_master"
     """With bf16: fp32 master weights and fp32 gradient reduction, or everything in bf16 (less memory)."""
     param_dtype: Literal["float32", "bfloat16", "float16"] | None = None
@@ -383,15 +416,19 @@ class TrainConfig(StrictModel):
     """Ulysses sequence-parallel degree (every family): ranks that split one sequence; divides processes and heads
     (Qwen3.5: also its linear-attention key heads)."""
     use_liger_kernel: bool = False
-    """Use Liger fused kernels when liger-kernel is installed."""
+    """Apply Liger's Triton kernels (liger-kernel, CUDA) to the family's RMSNorms, SwiGLU MLPs and rope where they
+    compute the same maths, and its fused linear cross-entropy over the label rows; every replaced module is logged,
+    what cannot be replaced is named in one warning (docs/train.md, "Speed levers"). Without liger-kernel or a CUDA
+    GPU: one warning, nothing replaced."""
     use_rmpad: bool = False
     """Remove padding; in vlforge this is ``packing.packing`` (varlen packed rows): a different value logs a
     warning."""
     dataloader_num_workers: int = Field(default=0, ge=0)
     """DataLoader worker processes per training process."""
-    dataloader_pin_memory: bool = False
-    """Copy each batch into pinned (page-locked) host memory before the non-blocking copy to a CUDA device
-    (no effect on the CPU)."""
+    dataloader_pin_memory: bool = True
+    """Copy each batch into pinned (page-locked) host memory before the non-blocking copy to a CUDA device, so the
+    copy does not wait for the kernels queued before it (transformers' and LMMS Engine's default too; no effect on
+    the CPU)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -453,6 +490,9 @@ def _inert_warnings(cfg: TrainConfig) -> list[str]:
     notes: list[str] = []
     if cfg.use_liger_kernel and not _importable("liger_kernel"):
         notes.append("use_liger_kernel: true has no effect: liger-kernel is not installed here")
+    elif cfg.use_liger_kernel and (cfg.training.use_cpu or not _cuda_available()):
+        notes.append("use_liger_kernel: true has no effect: no CUDA GPU here (Liger's kernels are Triton kernels for "
+                     "CUDA devices)")
     if cfg.video.video_backend != "pyav":
         notes.append(
             f"video.video_backend: {cfg.video.video_backend!r} has no effect: vlforge decodes video with PyAV "
@@ -480,7 +520,8 @@ def _inert_warnings(cfg: TrainConfig) -> list[str]:
         not packing.filter_overlong or packing.max_length is not None
     ):
         notes.append("packing.packing_length has no effect: packing is off and it is not the filter_overlong limit")
-    if not cfg.fsdp.fsdp2 and (cfg.fsdp.transformer_layer_cls_to_wrap is not None or not cfg.fsdp.reshard_after_forward):
+    if not cfg.fsdp.fsdp2 and (cfg.fsdp.transformer_layer_cls_to_wrap is not None
+                               or cfg.fsdp.reshard_after_forward is not None):
         notes.append("fsdp.transformer_layer_cls_to_wrap / reshard_after_forward have no effect: fsdp.fsdp2 is false")
     if cfg.training.eval_strategy == "no" and cfg.training.eval_steps is not None:
         notes.append("training.eval_steps has no effect: training.eval_strategy is 'no'")
@@ -488,7 +529,7 @@ def _inert_warnings(cfg: TrainConfig) -> list[str]:
         notes.append("fsdp.mixed_precision: 'pure_bf16' has no effect with fp16")
     if cfg.training.learning_rate == 0:
         notes.append("training.learning_rate: 0 trains nothing: every update is zero and the weights stay as loaded")
-    if cfg.training.use_cpu and cfg.dataloader_pin_memory:
+    if cfg.training.use_cpu and cfg.dataloader_pin_memory and "dataloader_pin_memory" in cfg.model_fields_set:
         notes.append("dataloader_pin_memory: true has no effect: training.use_cpu is true (pinning serves copies "
                      "to a CUDA device)")
     return notes
@@ -521,6 +562,14 @@ def _check_schedule_kwargs(kind: str, kwargs: dict[str, Any]) -> None:
             raise field_error(f"lr_scheduler_kwargs.{key}", f"must be in [0, 1] (got {value!r})")
         if check == "positive" and value <= 0:
             raise field_error(f"lr_scheduler_kwargs.{key}", f"must be greater than 0 (got {value!r})")
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # checks before work run without torch: no CUDA to speak of
+        return False
+    return torch.cuda.is_available()
 
 
 def _flash_attention_usable() -> bool:

@@ -4,20 +4,25 @@ The parts, per rank (``shard`` = the ranks FSDP2 shards over; 1 in one process):
 
 * **parameters**: every parameter in the master dtype (fp32, or bf16 with ``pure_bf16``) / ``shard``;
 * **gathered / cast weights**: under FSDP2 the root unit's parameters (embeddings, vision tower, ``lm_head``)
-  stay gathered in the compute dtype and two decoder layers are gathered at a time; in one process with
+  stay gathered in the compute dtype and two decoder layers are gathered at a time (every layer with
+  ``fsdp.reshard_after_forward: false``); in one process with
   bf16 autocast over fp32 weights, the bf16 copy of every weight matrix is kept for the backward;
-* **gradients** and **optimizer** (AdamW: two states) of the trainable parameters, in the master dtype
-  / ``shard``;
+* **gradients** (master dtype) and **optimizer** (AdamW: two states, in the master dtype or in
+  ``training.optimizer_state_dtype``) of the trainable parameters / ``shard``; with bfloat16 states the optimiser
+  step also holds float32 copies of the moments of one chunk of parameters (:mod:`vlforge.train.optim`);
 * **activations**: what autograd keeps for the backward, measured per text decoder layer, per vision
   block and for the loss by running those modules on the ``meta`` device at the real sizes
-  (:mod:`vlforge.memory.probe`), attention measured on this machine's SDPA kernel; with gradient
-  checkpointing only each layer's input plus one layer's activations;
+  (:mod:`vlforge.memory.probe`), attention measured on this machine's SDPA kernel; with ``full`` activation
+  checkpointing only each layer's input plus one layer's activations, with ``selective`` each layer's input and
+  the outputs of its matrix multiplies and attention kernels (:mod:`vlforge.models.blocks`) plus one layer's
+  activations;
 * **temporary**: the two logit-sized gradients of the cross-entropy's backward (fp32) and FSDP2's gradient
   reduce buffers.
 
 Peak = parameters + gathered + optimizer + (gradients + activations when gradients accumulate over
 micro-batches, else the larger of activations + the first gradients and all gradients, plus a tied embedding's
-second, table-sized gradient at the end of the backward) + temporary.
+second, table-sized gradient at the end of the backward) + temporary; or, when larger, the optimiser step's
+parameters + gradients + optimizer + its float32 temporaries.
 
 Example:
     >>> from vlforge.config.load import load_config
@@ -42,6 +47,7 @@ from vlforge.memory.probe import (
     find_stack,
     loss_bytes,
     meta_model,
+    selective_bytes,
     text_layer_bytes,
     vision_block_bytes,
 )
@@ -50,6 +56,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_LENGTH = 4096
 """Tokens per sample when the config bounds neither (no packing, no max_length)."""
+OPTIMIZER_CHUNK_ELEMENTS = 1 << 26
+"""Parameters the low-precision-state AdamW (:class:`vlforge.train.optim.AdamWLowPrecisionStates`) updates at once:
+its float32 temporaries are about 3 x 4 bytes x this (or x the largest tensor, when larger)."""
 
 
 @dataclass
@@ -82,6 +91,8 @@ class MemoryEstimate:
     shard: int
     sp: int
     notes: list[str] = field(default_factory=list)
+    gathered_extra: int = 0
+    """Bytes the peak grows by when no FSDP2 unit reshards after the forward (every layer stays gathered)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"peak_bytes_per_rank": self.peak_bytes, "parts": dict(self.parts), "parameters": self.parameters,
@@ -187,11 +198,11 @@ def _build_trainable(cfg: Any, model_config: Any, dtype: torch.dtype) -> torch.n
     return model
 
 
-def _root_and_units(model: torch.nn.Module) -> tuple[int, int]:
-    """``(parameters outside the text decoder layers, parameters of the largest layer)``."""
+def _root_and_units(model: torch.nn.Module) -> tuple[int, int, int]:
+    """``(parameters outside the text decoder layers, parameters of the largest layer, of all layers)``."""
     _owner, layers = find_stack(model, "text")
     per_layer = [_count(layer.parameters()) for layer in layers]
-    return _count(model.parameters()) - sum(per_layer), max(per_layer)
+    return _count(model.parameters()) - sum(per_layer), max(per_layer), sum(per_layer)
 
 
 def _matrix_params(model: torch.nn.Module) -> int:
@@ -215,14 +226,17 @@ def estimate_memory(cfg: Any, model_config: Any, *, world: int = 1, device: torc
     model = _trainable_model(cfg, model_config, compute)
     total = _count(model.parameters())
     trainable = _count(p for p in model.parameters() if p.requires_grad)
-    root, unit = _root_and_units(model)
+    root, unit, units = _root_and_units(model)
     parts: dict[str, int] = {"parameters": total * mb // shard}
-    if sharded:
-        parts["gathered_weights"] = (root + 2 * unit) * cb
+    if sharded:  # two layers at a time, or every layer when nothing reshards after the forward
+        kept = units if getattr(cfg.fsdp, "reshard_after_forward", None) is False else 2 * unit
+        parts["gathered_weights"] = (root + kept) * cb
     elif compute != master:
         parts["cast_weights"] = _matrix_params(model) * cb  # autocast's bf16 copies, kept for the backward
     parts["gradients"] = trainable * mb // shard
-    parts["optimizer"] = 2 * trainable * mb // shard
+    state = getattr(torch, getattr(cfg.training, "optimizer_state_dtype", "float32"))
+    state_bytes = mb if state == torch.float32 else state.itemsize
+    parts["optimizer"] = 2 * trainable * state_bytes // shard
     parts["activations"] = _text_activations(cfg, model, load, compute, device, sp)
     parts["vision_activations"] = _vision_activations(cfg, model, load, compute, device)
     head = model.get_output_embeddings()
@@ -243,7 +257,12 @@ def estimate_memory(cfg: Any, model_config: Any, *, world: int = 1, device: torc
     else:
         moving = max(acts + head_grad, parts["gradients"] + tied_extra)
     peak = static + moving + parts["temporary"]
-    return MemoryEstimate(parts, int(peak), load, total, trainable, world, shard, sp)
+    if state_bytes < mb:  # the optimiser step: float32 moments and denominators of one chunk at a time
+        largest = max((p.numel() for p in model.parameters() if p.requires_grad), default=0) // shard
+        step_temp = 3 * 4 * max(min(OPTIMIZER_CHUNK_ELEMENTS, trainable // shard), largest)
+        peak = max(peak, parts["parameters"] + parts["gradients"] + parts["optimizer"] + step_temp)
+    extra = (units - 2 * unit) * cb if sharded and getattr(cfg.fsdp, "reshard_after_forward", None) is not False else 0
+    return MemoryEstimate(parts, int(peak), load, total, trainable, world, shard, sp, gathered_extra=max(0, extra))
 
 
 def _text_activations(cfg: Any, model: torch.nn.Module, load: Workload, dtype: torch.dtype,
@@ -261,8 +280,14 @@ def _text_activations(cfg: Any, model: torch.nn.Module, load: Workload, dtype: t
                             segments=load.segments) * load.rows
     layer = text_layer_bytes(model, local, dtype) * load.rows
     trains = any(p.requires_grad for p in layers.parameters())
-    if cfg.model.gradient_checkpointing and trains:
-        kept = len(layers) * load.rows * local * tc.hidden_size * dtype.itemsize + layer + attn
+    mode = cfg.model.checkpointing() if trains else "none"
+    inputs = load.rows * local * tc.hidden_size * dtype.itemsize  # what a checkpointed layer keeps of its input
+    if mode == "full":
+        kept = len(layers) * inputs + layer + attn
+    elif mode == "selective":  # matmul outputs + the attention kernel's output and log-sum-exp, per layer
+        matmuls = text_layer_bytes(model, local, dtype, measure=selective_bytes) * load.rows
+        attn_out = load.rows * math.ceil(heads / sp) * length * (head_dim * dtype.itemsize + 4)
+        kept = len(layers) * (inputs + matmuls + attn_out) + layer + attn
     else:
         kept = len(layers) * (layer + attn)
     shared = cost.shared_bytes(length) * load.rows
@@ -284,8 +309,13 @@ def _vision_activations(cfg: Any, model: torch.nn.Module, load: Workload, dtype:
     cost = attention_cost(device, dtype, causal=False, masked=False)
     attn = cost.layer_bytes(heads=heads, head_dim=width // heads, length=patches)
     block = vision_block_bytes(model, patches, dtype)
-    if cfg.model.gradient_checkpointing:
+    mode = cfg.model.checkpointing()
+    if mode == "full":
         kept = len(blocks) * patches * width * dtype.itemsize + block + attn
+    elif mode == "selective":
+        matmuls = vision_block_bytes(model, patches, dtype, measure=selective_bytes)
+        attn_out = patches * (width * dtype.itemsize + heads * 4)
+        kept = len(blocks) * (patches * width * dtype.itemsize + matmuls + attn_out) + block + attn
     else:
         kept = len(blocks) * (block + attn)
     patch_input = patches * getattr(vc, "in_channels", 3) * getattr(vc, "temporal_patch_size", 2) * \

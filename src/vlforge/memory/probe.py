@@ -195,8 +195,7 @@ def _meta(*shape: int, dtype: torch.dtype, grad: bool = False) -> torch.Tensor:
     return torch.empty(*shape, device="meta", dtype=dtype, requires_grad=grad)
 
 
-def text_layer_bytes(model: torch.nn.Module, length: int, dtype: torch.dtype, *, input_grad: bool = True) -> int:
-    """Bytes one text decoder layer keeps for the backward over ``length`` tokens (attention excluded)."""
+def _text_layer_call(model: torch.nn.Module, length: int, dtype: torch.dtype, input_grad: bool) -> tuple[Any, tuple, dict]:
     owner, layers = find_stack(model, "text")
     hidden = _meta(1, length, owner.config.hidden_size, dtype=dtype, grad=input_grad)
     positions = torch.zeros(3, 1, length, dtype=torch.long, device="meta")
@@ -204,15 +203,25 @@ def text_layer_bytes(model: torch.nn.Module, length: int, dtype: torch.dtype, *,
         cos, sin = owner.rotary_emb(hidden, positions)
     except (RuntimeError, ValueError, IndexError):
         cos, sin = owner.rotary_emb(hidden, positions[0])
-    layer = layers[0]
+    return layers[0], (hidden,), {"attention_mask": None, "position_ids": positions,
+                                  "position_embeddings": (cos.detach(), sin.detach())}
+
+
+def text_layer_bytes(model: torch.nn.Module, length: int, dtype: torch.dtype, *, input_grad: bool = True,
+                     measure: Any = None) -> int:
+    """Bytes one text decoder layer keeps for the backward over ``length`` tokens (attention excluded).
+
+    ``measure``: the counter (default :func:`saved_bytes`; :func:`selective_bytes` for selective checkpointing).
+    """
+    layer, args, kwargs = _text_layer_call(model, length, dtype, input_grad)
     # linear attention in torch (its kernels must never see meta tensors); MoE experts' matmul in any dtype
     with reference_mixers(model), meta_experts():
-        return saved_bytes(layer, hidden, attention_mask=None, position_ids=positions,
-                           position_embeddings=(cos.detach(), sin.detach()))[0]
+        return (measure or saved_bytes)(layer, *args, **kwargs)[0]
 
 
-def vision_block_bytes(model: torch.nn.Module, patches: int, dtype: torch.dtype) -> int:
+def vision_block_bytes(model: torch.nn.Module, patches: int, dtype: torch.dtype, *, measure: Any = None) -> int:
     """Bytes one vision block keeps for the backward over ``patches`` patches of one image (attention excluded)."""
+    measure = measure or saved_bytes
     owner, blocks = find_stack(model, "vision")
     cfg = owner.config
     width = getattr(cfg, "embed_dim", None) or cfg.hidden_size  # Qwen2-VL: embed_dim is the tower width
@@ -222,10 +231,32 @@ def vision_block_bytes(model: torch.nn.Module, patches: int, dtype: torch.dtype)
     cu = torch.tensor([0, patches], dtype=torch.int32)
     block = blocks[0]
     try:
-        return saved_bytes(block, hidden, cu_seqlens=cu, position_embeddings=(rotary, rotary))[0]
+        return measure(block, hidden, cu_seqlens=cu, position_embeddings=(rotary, rotary))[0]
     except TypeError:  # older signatures take rotary_pos_emb
-        return saved_bytes(block, hidden, cu_seqlens=cu, rotary_pos_emb=_meta(patches, width // heads // 2,
-                                                                               dtype=torch.float32))[0]
+        return measure(block, hidden, cu_seqlens=cu, rotary_pos_emb=_meta(patches, width // heads // 2,
+                                                                           dtype=torch.float32))[0]
+
+
+def selective_bytes(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+    """``(bytes selective checkpointing keeps while running fn(*args, **kwargs), its result)``: the outputs of the
+    ops :func:`vlforge.models.blocks.selective_policy` saves (the block's input is counted by the caller)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    from vlforge.models.blocks import SAVED_OPS
+
+    class Kept(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func in SAVED_OPS:
+                Kept.total += sum(t.numel() * t.element_size() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+            return out
+
+    with Kept():
+        out = fn(*args, **kwargs)
+    return Kept.total, out
 
 
 def loss_bytes(model: torch.nn.Module, labels: int, dtype: torch.dtype) -> int:

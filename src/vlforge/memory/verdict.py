@@ -28,8 +28,17 @@ def free_bytes(device: Any, local_processes: int = 1) -> int | None:
     return free if device.type == "cuda" else free // max(local_processes, 1)
 
 
-def startup_verdict(cfg: Any, *, world: int, device: Any, local_processes: int = 1) -> tuple[str, bool]:
-    """``(one line, over)``: the estimated peak per rank against the memory free here (``over`` when above it)."""
+RESHARD_MARGIN = 0.85
+"""Share of the free memory the plan with no layer resharded may use for ``fsdp.reshard_after_forward`` (auto) to keep
+every layer gathered."""
+
+
+def startup_verdict(cfg: Any, *, world: int, device: Any, local_processes: int = 1,
+                    facts: dict[str, Any] | None = None) -> tuple[str, bool]:
+    """``(one line, over)``: the estimated peak per rank against the memory free here (``over`` when above it).
+
+    ``facts`` (a dict) also receives ``keep_gathered``: whether the peak with no FSDP2 unit resharded after the
+    forward fits :data:`RESHARD_MARGIN` of the free memory."""
     from vlforge.memory.estimate import estimate_memory
     from vlforge.models.load import load_model_config
 
@@ -40,6 +49,8 @@ def startup_verdict(cfg: Any, *, world: int, device: Any, local_processes: int =
     parts = ", ".join(f"{k.replace('_', ' ')} {human(v)}" for v, k in top)
     where = f"{human(free)} free on {device.type}" if free is not None else "free memory unknown"
     over = free is not None and estimate.peak_bytes > free
+    if facts is not None:
+        facts["keep_gathered"] = free is not None and estimate.peak_bytes + estimate.gathered_extra <= free * RESHARD_MARGIN
     line = f"plan: about {human(estimate.peak_bytes)} peak per rank ({parts}); {where}"
     if over:
         line += "; the run may run out of memory: `vlforge plan CONFIG` lists changes that lower the peak"

@@ -62,6 +62,22 @@ GLM_MEDIA = MediaTokens(
 
 
 @dataclass(frozen=True)
+class LigerTargets:
+    """What ``use_liger_kernel: true`` puts Liger's kernels on in a family: names in its transformers modeling module.
+    Each is checked against the installed transformers and probed for the maths Liger's kernel computes before it
+    is replaced (:mod:`vlforge.train.liger`); one that is missing or computes something else is named in a warning."""
+
+    rms_norms: tuple[str, ...] = ()
+    """RMSNorm classes (text and vision) whose modules get Liger's RMSNorm (its offset and casting from the probe)."""
+    swiglu: tuple[str, ...] = ()
+    """MLP classes computing ``down(silu(gate(x)) * up(x))`` (separate or fused ``gate_up_proj``): Liger's SiLU-mul."""
+    rope: str | None = "apply_rotary_pos_emb"
+    """The text attention's rope function, replaced by Liger's rope where it rotates whole heads as Liger does."""
+    not_covered: tuple[str, ...] = ()
+    """Classes of the family that Liger has no kernel for (named in the warning, left as they are)."""
+
+
+@dataclass(frozen=True)
 class Family:
     """One model family (see the module docstring)."""
 
@@ -126,6 +142,8 @@ class Family:
     boundary-aware forward of :mod:`vlforge.models.linear_attention`."""
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     """The text layers' linear modules a LoRA suggestion adapts (the attention and MLP projections)."""
+    liger: LigerTargets = LigerTargets()
+    """Where ``use_liger_kernel`` applies Liger's kernels (the fused linear cross-entropy is every family's)."""
     transformers_min: str = ""
     """The oldest transformers vlforge runs this family with, where newer than :data:`vlforge.versions.
     TRANSFORMERS_MIN` (empty: that one); loading a model of it on an older one is one line naming both."""
@@ -177,7 +195,7 @@ _QWEN3_VL = Family(
     stock_video_processor="Qwen3VLVideoProcessor",
     video_resize_rule="video", template="qwen3_chatml", image_processor=_QWEN3_IMAGE,
     video_processor=_QWEN3_VIDEO, vision_defaults=_QWEN3_VISION, video_timestamps=True, deepstack=True,
-    lmms_labels=True,
+    lmms_labels=True, liger=LigerTargets(rms_norms=("Qwen3VLTextRMSNorm",), swiglu=("Qwen3VLTextMLP",)),
 )
 # Qwen3.5: Qwen3-VL's vision tower without deepstack, a 3 Gated DeltaNet : 1 gated attention text stack, its own
 # 248k vocabulary; the processor and video processor are Qwen3-VL's (transformers' auto mappings).
@@ -186,6 +204,7 @@ _QWEN3_5 = replace(
     config_class="Qwen3_5Config", model_class="Qwen3_5ForConditionalGeneration", inner_model_class="Qwen3_5Model",
     text_layer_class="Qwen3_5DecoderLayer", vision_block_class="Qwen3_5VisionBlock", deepstack=False,
     lmms_labels=False, tokenizer="qwen3.5", linear_attention=True,
+    liger=LigerTargets(rms_norms=("Qwen3_5RMSNorm",), swiglu=("Qwen3_5MLP",), not_covered=("Qwen3_5RMSNormGated",)),
     lora_targets=(*_QWEN3_VL.lora_targets, "in_proj_qkv", "in_proj_z", "out_proj"),  # + the Gated DeltaNet's
     # vlforge's packed Gated DeltaNet forward (models/linear_attention.py) follows the layer of transformers 5.23+,
     # whose delta rule takes grouped query/key heads (5.22 and older repeat them in the layer); 5.24 is the tested one
@@ -202,6 +221,7 @@ _RECORDS = (
         stock_video_processor="Qwen2VLVideoProcessor",
         video_resize_rule="per_frame", template="qwen2_chatml", image_processor=_QWEN2_IMAGE,
         video_processor=_QWEN2_VIDEO, vision_defaults=_QWEN2_VISION, default_system_prompt=True,
+        liger=LigerTargets(rms_norms=("Qwen2VLRMSNorm",), swiglu=("Qwen2MLP",)),
     ),
     Family(
         name="qwen2_5_vl", title="Qwen2.5-VL", modeling_module="transformers.models.qwen2_5_vl.modeling_qwen2_5_vl",
@@ -213,19 +233,23 @@ _RECORDS = (
         video_resize_rule="per_frame", template="qwen2_chatml", image_processor=_QWEN2_IMAGE,
         video_processor=_QWEN2_VIDEO, vision_defaults=_QWEN2_VISION, default_system_prompt=True,
         rope_uses_seconds_per_grid=True, lmms_labels=True,
+        liger=LigerTargets(rms_norms=("Qwen2_5_VLRMSNorm",), swiglu=("Qwen2MLP", "Qwen2_5_VLMLP")),
     ),
     _QWEN3_VL,
     # Qwen3-VL-MoE: the same with sparse MoE text layers.
     replace(_QWEN3_VL, name="qwen3_vl_moe", title="Qwen3-VL-MoE",
             modeling_module="transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe", config_class="Qwen3VLMoeConfig",
             model_class="Qwen3VLMoeForConditionalGeneration", inner_model_class="Qwen3VLMoeModel",
-            text_layer_class="Qwen3VLMoeTextDecoderLayer", vision_block_class="Qwen3VLMoeVisionBlock"),
+            text_layer_class="Qwen3VLMoeTextDecoderLayer", vision_block_class="Qwen3VLMoeVisionBlock",
+            liger=LigerTargets(rms_norms=("Qwen3VLMoeTextRMSNorm",), not_covered=("Qwen3VLMoeTextExperts",))),
     _QWEN3_5,
     # Qwen3.5-MoE: the same stack with a sparse MoE block (routed experts plus a gated shared expert) in every layer.
     replace(_QWEN3_5, name="qwen3_5_moe", title="Qwen3.5-MoE",
             modeling_module="transformers.models.qwen3_5_moe.modeling_qwen3_5_moe", config_class="Qwen3_5MoeConfig",
             model_class="Qwen3_5MoeForConditionalGeneration", inner_model_class="Qwen3_5MoeModel",
-            text_layer_class="Qwen3_5MoeDecoderLayer", vision_block_class="Qwen3_5MoeVisionBlock"),
+            text_layer_class="Qwen3_5MoeDecoderLayer", vision_block_class="Qwen3_5MoeVisionBlock",
+            liger=LigerTargets(rms_norms=("Qwen3_5MoeRMSNorm",), swiglu=("Qwen3_5MoeMLP",),
+                               not_covered=("Qwen3_5MoeRMSNormGated", "Qwen3_5MoeExperts"))),
     Family(
         name="glm4v", title="GLM-4.1V", modeling_module="transformers.models.glm4v.modeling_glm4v",
         config_class="Glm4vConfig", model_class="Glm4vForConditionalGeneration",
@@ -249,6 +273,7 @@ _RECORDS = (
                    "image_start_token_id": "<|begin_of_image|>", "image_end_token_id": "<|end_of_image|>",
                    "video_start_token_id": "<|begin_of_video|>", "video_end_token_id": "<|end_of_video|>"},
         eos_tokens=("<|endoftext|>", "<|user|>", "<|observation|>"),
+        liger=LigerTargets(rms_norms=("Glm4vRMSNorm",), swiglu=("Glm4vTextMLP", "Glm4VisionMlp")),
     ),
 )
 

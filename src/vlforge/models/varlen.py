@@ -38,17 +38,27 @@ _LAST: list[Any] = [None, None, None]
 its (host-syncing) read happens once per forward, not once per layer."""
 
 
-def _bounds(cu_seqlens: torch.Tensor, length: int) -> tuple[list[tuple[int, int]], bool]:
-    """``([start, end) per sample, whether a pad tail beyond the last sample was added)``."""
-    if _LAST[0] is cu_seqlens and _LAST[1] == length:
-        return _LAST[2]
-    cu = [int(x) for x in cu_seqlens.tolist()]
+def prime(cu_seqlens: torch.Tensor, host: torch.Tensor, length: int) -> None:
+    """Tell the layers the bounds of ``cu_seqlens`` (a device tensor) from its ``host`` copy: the forward over a row
+    of ``length`` tokens then reads no bounds back from the device (no host sync)."""
+    _LAST[:] = [cu_seqlens, length, _split([int(x) for x in host.tolist()], length)]
+
+
+def _split(cu: list[int], length: int) -> tuple[list[tuple[int, int]], bool]:
     out = [(a, b) for a, b in itertools.pairwise(cu) if b > a]
     tail = cu[-1] < length
     if tail:  # a pad tail (pad_to_packing_length): its tokens attend to themselves only, causally
         out.append((cu[-1], length))
-    _LAST[:] = [cu_seqlens, length, (out, tail)]
     return out, tail
+
+
+def _bounds(cu_seqlens: torch.Tensor, length: int) -> tuple[list[tuple[int, int]], bool]:
+    """``([start, end) per sample, whether a pad tail beyond the last sample was added)``."""
+    if _LAST[0] is cu_seqlens and _LAST[1] == length:
+        return _LAST[2]
+    found = _split([int(x) for x in cu_seqlens.tolist()], length)
+    _LAST[:] = [cu_seqlens, length, found]
+    return found
 
 
 def _cuda_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, longest: int,

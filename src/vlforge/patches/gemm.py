@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 _CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+_ONES = {2: (1, 1), 3: (1, 1, 1)}
 
 
 def _gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -70,8 +71,17 @@ def gemm_conv_forward(conv: nn.Conv2d | nn.Conv3d, x: torch.Tensor) -> torch.Ten
     """
     precision = getattr(conv, "_vlforge_precision", "native")
     weight = conv.weight
-    kernel = tuple(conv.kernel_size)
+    kernel = conv.kernel_size
     nd = len(kernel)
+    if x.dim() == nd + 2 and x.shape[2:] == kernel and x.shape[1] == conv.in_channels and x.is_contiguous() \
+            and weight.is_contiguous():
+        # The Qwen-VL layout, one window per row: two views and one GEMM, nothing else dispatched (no select to count
+        # the window's elements, no reshape that only forwards to view; tests/patches count the ops)
+        window = math.prod(kernel) * x.shape[1]  # explicit: an empty batch has no -1 to infer
+        rows = x.view(x.shape[0], window)
+        out = _compute(rows, weight.view(weight.shape[0], window), conv.bias, precision)
+        return out.view(x.shape[0], weight.shape[0], *_ONES[nd])
+    kernel = tuple(kernel)
     if (
         not weight.is_contiguous()
         or _is_channels_last(x)
@@ -81,13 +91,8 @@ def gemm_conv_forward(conv: nn.Conv2d | nn.Conv3d, x: torch.Tensor) -> torch.Ten
         # Includes wrong channel counts: the stock conv raises its own, familiar error.
         return conv._conv_forward(x, weight, conv.bias)
     out_channels = weight.shape[0]
-    in_features = weight[0].numel()
-    weight_2d = weight.reshape(out_channels, in_features)
-
-    if x.dim() == nd + 2 and tuple(x.shape[2:]) == kernel and x.is_contiguous():
-        rows = x.reshape(x.shape[0], in_features)
-        out = _compute(rows, weight_2d, conv.bias, precision)
-        return out.view(x.shape[0], out_channels, *([1] * nd))
+    in_features = math.prod(weight.shape[1:])
+    weight_2d = weight.view(out_channels, in_features)
 
     unbatched = x.dim() == nd + 1
     if unbatched:

@@ -2,14 +2,18 @@
 
 Each suggestion is one change of the config, estimated again with :func:`~vlforge.memory.estimate.estimate_memory`;
 they are listed fitting ones first, each group in order of cost to the run (what it costs in speed or in
-what is trained): accumulation instead of a larger batch, gradient checkpointing, sequence parallelism,
-shorter rows, a frozen vision tower, LoRA, more GPUs. When no single change fits, the changes are also
-applied together in that order until the estimate fits.
+what is trained): accumulation instead of a larger batch, selective activation checkpointing, bfloat16 optimizer
+states, full activation checkpointing, sequence parallelism, shorter rows, a frozen vision tower, LoRA, more GPUs.
+When no single change fits, the changes are also applied together in that order until the estimate fits.
+
+The report also estimates the three activation checkpointing modes with the rest of the config as it is and names
+the fastest that fits (``none``, then ``selective``, then ``full``): a run that fits without checkpointing is told
+so, as a run that needs it.
 
 Example:
     >>> report = make_plan(load_config("examples/qwen3_vl_tiny.yaml"), gpus=8, gpu_memory=80 * 10**9)  # doctest: +SKIP
     >>> report.fits, [s.change for s in report.suggestions][:1]  # doctest: +SKIP
-    (True, ['model.gradient_checkpointing: true'])
+    (True, ['model.activation_checkpointing: selective'])
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import Any
 from vlforge.config.parallel import check_sequence_parallel, sequence_parallel_heads
 from vlforge.memory.estimate import MemoryEstimate, estimate_memory
 from vlforge.memory.verdict import human
+from vlforge.models.blocks import CHECKPOINTING
 from vlforge.models.families import supports
 from vlforge.models.load import load_model_config
 
@@ -51,6 +56,26 @@ class PlanReport:
     device_bytes: int
     device_note: str
     suggestions: list[Suggestion] = field(default_factory=list)
+    checkpointing: dict[str, int] = field(default_factory=dict)
+    """Peak per rank of each activation checkpointing mode, the rest of the config as it is."""
+    current_checkpointing: str = "none"
+
+    @property
+    def recommended_checkpointing(self) -> str | None:
+        """The fastest mode that fits (None when none does)."""
+        return next((mode for mode, peak in self.checkpointing.items() if peak <= self.budget_bytes), None)
+
+    def checkpointing_line(self) -> str:
+        current = self.current_checkpointing
+        peaks = ", ".join(f"{mode} {human(peak)}" for mode, peak in self.checkpointing.items())
+        best = self.recommended_checkpointing
+        if best is None:
+            advice = "none of them fits with the rest of the config as it is"
+        elif best == current:
+            advice = f"the fastest that fits is {best}, as configured"
+        else:
+            advice = f"the fastest that fits is {best}: set model.activation_checkpointing: {best} (now {current})"
+        return f"activation checkpointing: {peaks}; {advice}"
 
     @property
     def fits(self) -> bool:
@@ -68,6 +93,8 @@ class PlanReport:
     def to_dict(self) -> dict[str, Any]:
         return {**self.estimate.to_dict(), "fits": self.fits, "budget_bytes": self.budget_bytes,
                 "device_bytes": self.device_bytes, "device": self.device_note,
+                "checkpointing_peaks": dict(self.checkpointing),
+                "recommended_checkpointing": self.recommended_checkpointing,
                 "suggestions": [s.to_dict() for s in self.suggestions]}
 
 
@@ -86,8 +113,16 @@ def candidates(cfg: Any, model_config: Any, world: int) -> list[tuple[str, Any, 
                           gradient_accumulation_steps=accum * batch)
         out.append((f"training.per_device_train_batch_size: 1, gradient_accumulation_steps: {accum * batch}", changed,
                     "the same samples per step, one at a time"))
-    if not cfg.model.gradient_checkpointing:
-        out.append(("model.gradient_checkpointing: true", _update(cfg, "model", gradient_checkpointing=True),
+    mode = cfg.model.checkpointing()
+    if mode == "none":
+        out.append(("model.activation_checkpointing: selective", with_checkpointing(cfg, "selective"),
+                    "keeps only the matmul and attention outputs of each layer (little extra compute)"))
+    if cfg.training.optimizer_state_dtype == "float32" and cfg.fsdp.mixed_precision != "pure_bf16":
+        out.append(("training.optimizer_state_dtype: bfloat16",
+                    _update(cfg, "training", optimizer_state_dtype="bfloat16"),
+                    "AdamW's moments stored in bfloat16 (half the optimizer state; each update still in float32)"))
+    if mode != "full":
+        out.append(("model.activation_checkpointing: full", with_checkpointing(cfg, "full"),
                     "keeps one layer's activations instead of all (about a third more compute)"))
     family = getattr(model_config, "model_type", "")
     heads = [n for n in sequence_parallel_heads(model_config).values() if n is not None]
@@ -132,6 +167,11 @@ def device_budget(gpu_memory: int | None) -> tuple[int, str, int]:
     return device_bytes, note, int(device_bytes * MARGIN)
 
 
+def with_checkpointing(cfg: Any, mode: str) -> Any:
+    """``cfg`` with activation checkpointing ``mode`` (both keys, as the schema resolves them)."""
+    return _update(cfg, "model", activation_checkpointing=mode, gradient_checkpointing=mode == "full")
+
+
 def make_plan(cfg: Any, *, gpus: int = 1, nodes: int = 1, gpu_memory: int | None = None,
               model_config: Any = None, sample_length: int | None = None, label_share: float = 0.5,
               visual_share: float | None = None) -> PlanReport:
@@ -149,6 +189,10 @@ def make_plan(cfg: Any, *, gpus: int = 1, nodes: int = 1, gpu_memory: int | None
               "visual_share": visual_share}
     estimate = estimate_memory(cfg, model_config, **kwargs)
     report = PlanReport(estimate, budget, device_bytes, note)
+    current = report.current_checkpointing = cfg.model.checkpointing()
+    report.checkpointing = {mode: estimate.peak_bytes if mode == current else
+                            estimate_memory(with_checkpointing(cfg, mode), model_config, **kwargs).peak_bytes
+                            for mode in CHECKPOINTING}
     report.suggestions = suggest(cfg, model_config, budget, world, kwargs, estimate.peak_bytes)
     return report
 
@@ -196,6 +240,8 @@ def render(report: PlanReport) -> list[str]:
     for key, value in est.parts.items():
         lines.append(f"  {key.replace('_', ' '):<{width}}  {human(value):>10}")
     lines.append(f"  {'peak':<{width}}  {human(est.peak_bytes):>10}")
+    if report.checkpointing:
+        lines.append(report.checkpointing_line())
     for note in est.notes + load.notes:
         lines.append(f"note: {note}")
     if report.suggestions and not report.fits:

@@ -67,11 +67,25 @@ def model_inputs(batch: dict[str, Any], device: torch.device | str, float_dtype:
     return inputs
 
 
+def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
+    """A host tensor on ``device`` without a host sync: on CUDA through pinned memory with a non-blocking copy (a
+    copy from pageable memory, or a blocking one, waits for every kernel queued before it)."""
+    device = torch.device(device)
+    if device.type != "cuda" or tensor.device.type != "cpu":
+        return tensor.to(device)
+    return (tensor if tensor.is_pinned() else tensor.pin_memory()).to(device, non_blocking=True)
+
+
 def packed_kwargs(batch: dict[str, Any], device: torch.device | str) -> dict[str, Any]:
     """A packed row's sample boundaries as transformers' own attention keywords (``cu_seq_lens_q`` ...), read by
-    :mod:`vlforge.models.varlen` and flash-attention; other kernels ignore them."""
-    cu = batch["cu_seqlens"].to(device=device, dtype=torch.int32)
-    longest = int(batch.get("max_seqlen") or int((cu[1:] - cu[:-1]).max()))
+    :mod:`vlforge.models.varlen` and flash-attention; other kernels ignore them. The row's bounds are read on the
+    host and handed to :func:`vlforge.models.varlen.prime`, so no layer reads them back from the device."""
+    from vlforge.models.varlen import prime
+
+    host = batch["cu_seqlens"].to(torch.int32)
+    longest = int(batch.get("max_seqlen") or int((host[1:] - host[:-1]).max()))
+    cu = to_device(host, device)
+    prime(cu, host, int(batch["input_ids"].shape[1]))
     return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
 
 
@@ -104,7 +118,12 @@ def masked_logits(model: torch.nn.Module, inputs: dict[str, Any], keep: torch.Te
                   **kwargs: Any) -> tuple[Any, torch.Tensor]:
     """The model's output and its logits ``(keep.sum(), vocab)`` at the True positions of the boolean ``keep``
     ``(batch, length)``, in row-major order; only those hidden states go through ``lm_head``. transformers
-    before 5.21 takes positions only: there the columns any row keeps are projected, then the mask selects."""
+    before 5.21 takes positions only: there the columns any row keeps are projected, then the mask selects. An
+    integer ``keep`` holds the positions of a one-row batch (what :func:`forward_loss` passes: boolean indexing on a
+    GPU reads the count back to the host)."""
+    if keep.dtype != torch.bool:  # positions of a one-row batch: the same rows, gathered without a host sync
+        out = model(**inputs, logits_to_keep=keep, **kwargs)
+        return out, out.logits.reshape(-1, out.logits.shape[-1])
     if _takes_mask():
         out = model(**inputs, logits_to_keep=keep, **kwargs)
         return out, out.logits.reshape(-1, out.logits.shape[-1])
@@ -142,7 +161,9 @@ def forward_loss(model: torch.nn.Module, batch: dict[str, Any], device: torch.de
     mask = target_mask(batch)
     full = torch.zeros_like(batch["labels"], dtype=torch.bool)
     full[:, :-1] = mask
-    targets = batch["labels"][:, 1:][mask].to(device)
+    targets = to_device(batch["labels"][:, 1:][mask], device)
+    # one row (packed rows, batch size 1): its label positions, found on the host; else the boolean mask
+    keep = to_device(full[0].nonzero().squeeze(1), device) if full.shape[0] == 1 else full.to(device)
     inputs = model_inputs(batch, device, float_dtype)
     if "cu_seqlens" in batch:
         if batch["input_ids"].shape[0] != 1:
@@ -150,9 +171,25 @@ def forward_loss(model: torch.nn.Module, batch: dict[str, Any], device: torch.de
         inputs.pop("attention_mask", None)
         inputs.update(packed_kwargs(batch, device))
     extra = {"output_router_logits": True} if router_aux else {}
-    out, logits = masked_logits(model, inputs, full.to(device), use_cache=False, **extra)
+    head = fused_loss_head(model) if _takes_mask() or keep.dtype != torch.bool else None
+    if head is not None:  # use_liger_kernel: the head returns the token-sum of its fused linear cross-entropy
+        head._vlforge_targets = targets
+        try:
+            out = model(**inputs, logits_to_keep=keep, use_cache=False, **extra)
+        finally:
+            head._vlforge_targets = None
+        token_sum = out.logits
+    else:
+        out, logits = masked_logits(model, inputs, keep, use_cache=False, **extra)
+        token_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
     aux = getattr(out, "aux_loss", None) if router_aux else None
     if router_aux and aux is None:
         raise ValueError(f"{type(model).__name__} returned no aux_loss with output_router_logits=True")
-    return LossTerms(F.cross_entropy(logits.float(), targets, reduction="sum"),
-                     None if aux is None else aux.float())
+    return LossTerms(token_sum, None if aux is None else aux.float())
+
+
+def fused_loss_head(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The output head that computes the loss itself from targets (Liger's fused linear cross-entropy, put there by
+    :func:`vlforge.train.liger.apply_liger`), else None."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    return head if head is not None and hasattr(head, "_vlforge_targets") else None

@@ -1,4 +1,5 @@
-"""The model of a training run: load, patch, guard, freeze, checkpointing, LoRA and FSDP2 sharding.
+"""The model of a training run: load, patch, guard, freeze, checkpointing, LoRA, Liger kernels, regional compilation
+and FSDP2 sharding.
 
 Master weights are fp32 unless ``fsdp.mixed_precision: pure_bf16``. With several processes and
 ``fsdp.fsdp2`` every layer class (``transformer_layer_cls_to_wrap``, else the model's
@@ -25,6 +26,7 @@ from vlforge.config.schema import TrainConfig
 from vlforge.dist import DistContext
 from vlforge.errors import ConfigError
 from vlforge.models.adapters import apply_lora, freeze
+from vlforge.models.blocks import apply_checkpointing, compile_blocks
 from vlforge.models.families import supports
 from vlforge.models.module_names import resolve_layer_classes
 
@@ -64,8 +66,10 @@ def layer_classes(model: torch.nn.Module, names: list[str] | None) -> set[type]:
     return {found[name] for name in wanted if name in found}
 
 
-def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
-    """Load and prepare the model of ``cfg`` on this process's device (see the module docstring)."""
+def prepare_model(cfg: TrainConfig, ctx: DistContext, *, keep_gathered: bool | None = None) -> TrainModel:
+    """Load and prepare the model of ``cfg`` on this process's device (see the module docstring).
+
+    ``keep_gathered``: the start-up memory plan's answer for ``fsdp.reshard_after_forward`` auto (rank 0's)."""
     import vlforge
     from vlforge.diagnosis.guard import guard
     from vlforge.models.load import load
@@ -94,12 +98,7 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
     if cfg.fsdp.fsdp2 and cfg.fsdp.transformer_layer_cls_to_wrap and not ctx.distributed:
         layer_classes(model, cfg.fsdp.transformer_layer_cls_to_wrap)  # checked (and logged) before work starts
         logger.info("FSDP2: one process, no sharding (fsdp.transformer_layer_cls_to_wrap checked, not used)")
-    if cfg.model.gradient_checkpointing:
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
+    apply_checkpointing(model, cfg.model.checkpointing(), loaded.family)  # none / selective / full (models.blocks)
     if cfg.packing.packing and cfg.resolved_attn_implementation() == "sdpa":
         from vlforge.models.varlen import use_for_text
 
@@ -114,10 +113,16 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext) -> TrainModel:
             freeze(model.base_model.model, cfg.model.freeze_modules)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         logger.info("LoRA: %d trainable adapter parameters (r=%d)", trainable, cfg.model.lora.r)
+    if cfg.use_liger_kernel:
+        from vlforge.train.liger import apply_liger
+
+        apply_liger(model, loaded.family, ctx.device)
+    if cfg.model.compile:
+        compile_blocks(model, loaded.family)  # after every forward change, before FSDP2 (torchtitan's order)
     model.train()
     sharded = ctx.distributed and cfg.fsdp.fsdp2
     if sharded:
-        shard_model(model, cfg, ctx)
+        shard_model(model, cfg, ctx, keep_gathered)
     else:
         model.to(ctx.device)
         if cfg.fsdp.output_dtype:  # what FSDP2's policy does to each unit's outputs, without sharding
@@ -195,7 +200,27 @@ def fill_missing_grads(model: torch.nn.Module) -> None:
             param.grad = torch.zeros_like(param)
 
 
-def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext) -> None:
+def resolve_reshard(cfg: TrainConfig, ctx: DistContext, keep_gathered: bool | None = None) -> bool:
+    """``fsdp.reshard_after_forward``, or for null (auto): False when every rank is on one node and the start-up
+    memory plan (rank 0's, ``keep_gathered``) found that the peak with every layer kept gathered fits, else True."""
+    import os
+
+    setting = cfg.fsdp.reshard_after_forward
+    if setting is not None:
+        return setting
+    one_node = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size)) == ctx.world_size
+    mine = bool(keep_gathered) if ctx.is_main else True  # rank 0 planned; the others follow it
+    keep = bool(ctx.all_reduce_min(int(one_node and mine)))
+    if keep:
+        logger.info("fsdp.reshard_after_forward (auto): off: one node, and the memory plan with every layer gathered "
+                    "fits")
+    else:
+        why = "several nodes" if not one_node else "no memory plan" if keep_gathered is None else "the plan needs it"
+        logger.info("fsdp.reshard_after_forward (auto): on, except the last decoder layer (%s)", why)
+    return not keep
+
+
+def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext, keep_gathered: bool | None = None) -> None:
     """``fully_shard`` each layer-class module, then the root (in place)."""
     from torch.distributed.fsdp import fully_shard
 
@@ -212,9 +237,11 @@ def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext) -> N
     if in_tower:
         logger.info("FSDP2: the %d vision-tower layers stay in the root unit (the tower runs 0, 1 or 2 times per "
                     "forward depending on the batch, which per-layer units cannot follow across ranks)", in_tower)
-    for module in units:
-        fully_shard(module, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward, mp_policy=policy)
-    fully_shard(model, mesh=mesh, reshard_after_forward=cfg.fsdp.reshard_after_forward, mp_policy=policy)
+    reshard = resolve_reshard(cfg, ctx, keep_gathered)
+    for index, module in enumerate(units):
+        last = index == len(units) - 1 and cfg.fsdp.reshard_after_forward is None  # auto: its backward comes first
+        fully_shard(module, mesh=mesh, reshard_after_forward=reshard and not last, mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
     # A rank whose batch has no image leaves the tower's gradients None: reduce zeros so all ranks match.
     model.set_reduce_scatter_unused_params(True)
     if ctx.device.type != "cpu":

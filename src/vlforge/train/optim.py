@@ -25,6 +25,7 @@ import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 from vlforge.config.schema import TrainingConfig
+from vlforge.memory.estimate import OPTIMIZER_CHUNK_ELEMENTS
 
 logger = logging.getLogger(__name__)
 
@@ -91,17 +92,24 @@ def _lmms_wsd(step: int, *, total: int, warmup: int, kw: dict[str, Any]) -> floa
 
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainingConfig,
-                    device: torch.device) -> torch.optim.AdamW:
-    """AdamW over ``params`` (only those that require grad), per ``cfg.optim``.
+                    device: torch.device) -> torch.optim.Optimizer:
+    """AdamW over ``params`` (only those that require grad), per ``cfg.optim`` and ``cfg.optimizer_state_dtype``.
 
     ``adamw_torch_fused``: the fused kernel where ``device`` has one (CPU and CUDA in torch 2.13), else
-    foreach with a log line saying so; ``adamw_torch``: ``torch.optim.AdamW`` with foreach.
+    foreach with a log line saying so; ``adamw_torch``: ``torch.optim.AdamW`` with foreach. With
+    ``optimizer_state_dtype: bfloat16``: :class:`AdamWLowPrecisionStates` (torch's fused and foreach kernels take one
+    dtype for weights and states).
     """
     from torch.optim.optimizer import _get_fused_kernels_supported_devices
 
     trainable = [p for p in params if p.requires_grad]
     kwargs = {"lr": cfg.learning_rate, "betas": (cfg.adam_beta1, cfg.adam_beta2), "eps": cfg.adam_epsilon,
               "weight_decay": cfg.weight_decay}
+    if cfg.optimizer_state_dtype != "float32":
+        optimizer = AdamWLowPrecisionStates(trainable, state_dtype=getattr(torch, cfg.optimizer_state_dtype), **kwargs)
+        logger.info("optimizer: AdamW with %s moments (update in float32, chunked foreach) over %d tensors",
+                    cfg.optimizer_state_dtype, len(trainable))
+        return optimizer
     fused = cfg.optim == "adamw_torch_fused" and device.type in _get_fused_kernels_supported_devices()
     if cfg.optim == "adamw_torch_fused" and not fused:
         logger.info("optim: adamw_torch_fused: torch has no fused AdamW kernel for %s devices; using foreach",
@@ -110,6 +118,76 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: TrainingConfig,
         trainable, foreach=True, **kwargs)
     logger.info("optimizer: AdamW (%s) over %d tensors", "fused" if fused else "foreach", len(trainable))
     return optimizer
+
+
+class AdamWLowPrecisionStates(torch.optim.Optimizer):
+    """AdamW (torch's formula, decoupled weight decay, bias correction) whose two moments are stored in
+    ``state_dtype`` (bfloat16): each step reads them into float32, updates them and the weights in float32
+    arithmetic, and stores them rounded. The first step equals torch's AdamW exactly; later ones differ by the
+    rounding of the stored moments. State keys are torch's (``step``, ``exp_avg``, ``exp_avg_sq``), so distributed
+    checkpoints hold it as they hold ``torch.optim.AdamW``'s."""
+
+    def __init__(self, params: Iterable[torch.nn.Parameter], *, lr: float, betas: tuple[float, float], eps: float,
+                 weight_decay: float, state_dtype: torch.dtype = torch.bfloat16) -> None:
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
+        self.state_dtype = state_dtype
+
+    def _chunks(self, params: list[torch.nn.Parameter]) -> Iterable[list[torch.nn.Parameter]]:
+        chunk: list[torch.nn.Parameter] = []
+        size = 0
+        for param in params:
+            if chunk and (size + param.numel() > OPTIMIZER_CHUNK_ELEMENTS or param.device != chunk[0].device):
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(param)
+            size += param.numel()
+        if chunk:
+            yield chunk
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            for param in params:
+                state = self.state[param]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)  # on the host, as torch's AdamW keeps it
+                    state["exp_avg"] = torch.zeros_like(param, dtype=self.state_dtype,
+                                                        memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(param, dtype=self.state_dtype,
+                                                           memory_format=torch.preserve_format)
+            for chunk in self._chunks(params):
+                self._update(chunk, group)
+        return loss
+
+    def _update(self, params: list[torch.nn.Parameter], group: dict[str, Any]) -> None:
+        lr, (beta1, beta2), eps, decay = group["lr"], group["betas"], group["eps"], group["weight_decay"]
+        states = [self.state[p] for p in params]
+        for state in states:
+            state["step"] += 1
+        step = float(states[0]["step"])  # a host tensor: no device sync
+        grads = [p.grad.float() for p in params]
+        means = [s["exp_avg"].float() for s in states]
+        squares = [s["exp_avg_sq"].float() for s in states]
+        if decay:
+            torch._foreach_mul_(params, 1 - lr * decay)
+        torch._foreach_lerp_(means, grads, 1 - beta1)
+        torch._foreach_mul_(squares, beta2)
+        torch._foreach_addcmul_(squares, grads, grads, 1 - beta2)
+        correction1 = 1 - beta1 ** step
+        correction2_sqrt = math.sqrt(1 - beta2 ** step)
+        denominators = torch._foreach_sqrt(squares)
+        torch._foreach_div_(denominators, correction2_sqrt)
+        torch._foreach_add_(denominators, eps)
+        torch._foreach_addcdiv_(params, means, denominators, -lr / correction1)
+        for state, mean, square in zip(states, means, squares, strict=True):
+            if state["exp_avg"] is not mean:
+                state["exp_avg"].copy_(mean)
+                state["exp_avg_sq"].copy_(square)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainingConfig, total: int) -> LambdaLR:

@@ -56,12 +56,13 @@ from vlforge.data.config import resolve_entries
 from vlforge.data.errors import SkipLedger, SkipWarnings, limit_error, over_limit
 from vlforge.dist import DistContext, init_distributed
 from vlforge.errors import ConfigError, DataError, VlforgeError, WriteError
+from vlforge.models.blocks import CompileWatch
 from vlforge.models.families import supports
 from vlforge.outputs import atomic_write_json, write_failure
 from vlforge.train import checkpoint as ckpt
 from vlforge.train.data_setup import RankData, open_stream, processor_for
 from vlforge.train.guards import StepGuard
-from vlforge.train.loss import LossTerms, forward_loss, label_count, router_aux_coef
+from vlforge.train.loss import LossTerms, forward_loss, label_count, router_aux_coef, to_device
 from vlforge.train.metrics import MetricsLogger
 from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler
@@ -186,7 +187,7 @@ def sync_step(ctx: DistContext, batches: list[dict[str, Any]] | None, count: Any
     """
     local = torch.stack([count(b) for b in batches]).sum().float() if batches else torch.zeros(())
     if not ctx.distributed:
-        return StepTotals(None if batches is None else local.to(ctx.device), skips, tuple(requests))
+        return StepTotals(None if batches is None else to_device(local, ctx.device), skips, tuple(requests))
     mine = skips if ctx.rank % ctx.sp_degree == 0 else (0, 0)
     values = torch.tensor([0.0, 1.0 if batches is not None else 0.0, *mine, *requests], dtype=torch.float64)
     values[0] = local.cpu().double()
@@ -241,6 +242,7 @@ class Trainer:
         self.step_losses: list[torch.Tensor] = []  # this rank's token-loss sum of each micro-batch of the last step
         self.guard: StepGuard | None = None
         self.sources: list[str] = []  # the dataset file of each data entry, to name a batch's samples
+        self.keep_gathered: bool | None = None  # the start-up plan's answer for fsdp.reshard_after_forward (auto)
 
     # -- set-up -----------------------------------------------------------------------------------
     def check_outputs(self) -> None:
@@ -253,7 +255,7 @@ class Trainer:
         seed_everything(cfg.training.seed)
         self.check_layout()
         self.plan_verdict()
-        self.tm = prepare_model(cfg, ctx)
+        self.tm = prepare_model(cfg, ctx, keep_gathered=self.keep_gathered)
         self.model = self.tm.model
         self.router_coef = router_aux_coef(self.model)
         if self.router_coef:
@@ -310,11 +312,13 @@ class Trainer:
         try:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
             with torch.random.fork_rng(devices=cuda):  # only rank 0 plans: the ranks' RNG streams must not diverge
-                line, over = startup_verdict(self.cfg, world=self.ctx.world_size, device=self.ctx.device,
+                facts: dict[str, Any] = {}
+                line, over = startup_verdict(self.cfg, world=self.ctx.world_size, device=self.ctx.device, facts=facts,
                                              local_processes=local)
         except Exception as error:  # an estimate must never stop a run
             logger.debug("plan: no estimate (%s: %s)", type(error).__name__, error)
             return
+        self.keep_gathered = facts.get("keep_gathered")
         (logger.warning if over else logger.info)(line)
 
     # -- one step ---------------------------------------------------------------------------------
@@ -539,6 +543,7 @@ class Trainer:
         acc = torch.zeros(4, device=ctx.device)  # loss sum, label tokens, grad-norm sum, router-loss sum (since the log)
         tokens, steps_since, since = 0, 0, time.perf_counter()
         last_saved = None
+        watch = CompileWatch() if cfg.model.compile else None
         with MetricsLogger(self.output_dir, main=ctx.is_main, report_to=cfg.logging.report_to,
                            run_name=cfg.logging.run_name or self.output_dir.name, total_steps=self.total,
                            progress=self.progress, start_step=self.step,
@@ -552,8 +557,12 @@ class Trainer:
                     break
                 self._stop_if_over(log, result)  # the same totals and verdicts on every rank
                 lr = self.scheduler.get_last_lr()[0]
+                if watch is not None:
+                    watch.begin()
                 count, loss_sum, norm = self.train_step(batches, totals.count)
                 self.step += 1
+                if watch is not None:  # model.compile: the steps that compiled, with their time
+                    watch.end(self.step)
                 acc += torch.stack([loss_sum, count / ctx.world_size, norm, self.step_router_aux.to(ctx.device)])
                 tokens += sum(_tokens(b) for b in batches)
                 steps_since += 1

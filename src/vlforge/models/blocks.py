@@ -1,0 +1,220 @@
+"""The repeated blocks of a model (its family's decoder layer and vision block classes): checkpointing, compiling.
+
+Activation checkpointing modes (``model.activation_checkpointing``):
+
+* ``none``: autograd keeps every activation of every block;
+* ``full``: each block keeps only its input and runs again in the backward (transformers' own
+  ``activation_checkpointing_enable``, non-reentrant; what ``gradient_checkpointing: true`` means);
+* ``selective``: op-level selective checkpointing (``torch.utils.checkpoint.create_selective_checkpoint_contexts``,
+  as torchtitan's ``op`` mode): inside a block the outputs of the matrix multiplies and of the attention kernels
+  (:data:`SAVED_OPS`) are kept, everything else (norms, activation functions, rope, residual adds, casts) is
+  recomputed in the backward. Those recomputed ops are memory-bound and cheap while the kept ones are nearly all of
+  a block's FLOPs, so the backward repeats almost no compute, and the elementwise activations, a large share of a
+  decoder layer's saved bytes (SwiGLU's three hidden-width tensors, the norms' fp32 copies), are not kept.
+  Chosen over every-Nth-layer checkpointing because it saves memory in every layer at a fixed small cost and
+  needs no tuning of N per model and row length.
+
+Both go through transformers' own ``activation_checkpointing_enable`` (non-reentrant), which checkpoints its
+``GradientCheckpointingLayer`` modules: in every family these are the blocks its record names (``text_layer_class``,
+``vision_block_class``), checked when applied (a record block left out is an error, another checkpointed layer a
+warning). The gradients and the loss are the same as without (tests/train/test_levers.py), only memory and time
+change.
+
+Regional compilation (``model.compile``): ``module.compile()`` on each such block (parameter names, ``state_dict``
+keys and FSDP2 units stay as they are); identical blocks share one compiled graph.
+
+Example:
+    >>> from vlforge.models.presets import meta_model
+    >>> model = meta_model("tiny:qwen3_vl")                                            # doctest: +SKIP
+    >>> sorted(block_counts(model, "qwen3_vl").values())                              # doctest: +SKIP
+    [2, 2]
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections import Counter
+from typing import Any
+
+import torch
+
+from vlforge.errors import ConfigError
+from vlforge.models.families import FAMILIES, family
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINTING = ("none", "selective", "full")
+"""The modes, fastest (most memory) first."""
+
+
+def _saved_ops() -> frozenset:
+    aten = torch.ops.aten
+    names = ("mm", "addmm", "_grouped_mm", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+             "_scaled_dot_product_flash_attention_for_cpu", "_flash_attention_forward", "_efficient_attention_forward")
+    ops = {getattr(aten, name).default for name in names if hasattr(aten, name)}
+    try:  # torch's packed varlen attention (vlforge.models.varlen on CUDA) is a custom op: one op to the policy
+        importlib.import_module("torch.nn.attention.varlen")  # registers torch.ops.torch_attn
+
+        ops |= {getattr(torch.ops.torch_attn, name).default for name in ("_varlen_attn", "_varlen_attn_out")
+                if hasattr(torch.ops.torch_attn, name)}
+    except (ImportError, AttributeError, RuntimeError):  # a torch without it
+        pass
+    return frozenset(ops)
+
+
+SAVED_OPS = _saved_ops()
+"""Ops whose outputs selective checkpointing keeps: matrix multiplies (linear layers, MoE experts) and fused
+attention kernels (their output and log-sum-exp), torch's varlen attention op included. The batched ``bmm`` of a
+math-path attention is not among them: it would keep the L x L scores."""
+
+
+def selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
+    """The op-level policy: keep :data:`SAVED_OPS` outputs, recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy
+
+    return CheckpointPolicy.MUST_SAVE if op in SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def selective_context() -> tuple[Any, Any]:
+    """A fresh pair of selective-checkpoint contexts (``context_fn`` of ``torch.utils.checkpoint``)."""
+    from torch.utils.checkpoint import create_selective_checkpoint_contexts
+
+    return create_selective_checkpoint_contexts(selective_policy)
+
+
+def _class_names(module: torch.nn.Module) -> set[str]:
+    return {klass.__name__ for klass in type(module).__mro__}  # FSDP2's FSDP<Layer> subclass counts as <Layer>
+
+
+def block_modules(model: torch.nn.Module, family_name: str) -> list[tuple[str, torch.nn.Module]]:
+    """``(path, module)`` of every decoder layer and vision block of ``model``, by its family record's classes."""
+    record = family(family_name)
+    wanted = {record.text_layer_class, record.vision_block_class}
+    return [(name, module) for name, module in model.named_modules() if _class_names(module) & wanted]
+
+
+def block_counts(model: torch.nn.Module, family_name: str) -> Counter:
+    """Class name -> how many blocks of it ``model`` has (record classes only)."""
+    record = family(family_name)
+    wanted = {record.text_layer_class, record.vision_block_class}
+    return Counter(next(iter(_class_names(m) & wanted)) for _, m in block_modules(model, family_name))
+
+
+def _describe(counts: Counter) -> str:
+    return " + ".join(f"{n} {name}" for name, n in sorted(counts.items()))
+
+
+def apply_checkpointing(model: torch.nn.Module, mode: str, family_name: str) -> Counter:
+    """Switch ``model``'s blocks to checkpointing ``mode`` (``none`` leaves them as they are); returns the blocks
+    by class. A model whose family record names classes it does not have is a :class:`ConfigError`."""
+    if mode not in CHECKPOINTING:
+        raise ValueError(f"activation checkpointing mode {mode!r} (known: {', '.join(CHECKPOINTING)})")
+    if mode == "none":
+        return Counter()
+    known = family_name in FAMILIES
+    counts = block_counts(model, family_name) if known else Counter()
+    if known and not counts:
+        record = family(family_name)
+        raise ConfigError(f"model.activation_checkpointing: {mode}: {type(model).__name__} has no "
+                          f"{record.text_layer_class} or {record.vision_block_class} (family {family_name})")
+    kwargs: dict[str, Any] = {"use_reentrant": False}
+    if mode == "selective":
+        kwargs["context_fn"] = selective_context
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if not known:  # no record: every layer transformers checkpoints
+        model.config.use_cache = False
+        logger.info("activation checkpointing: %s on the layers transformers checkpoints (%s has no vlforge record)",
+                    mode, family_name)
+        return counts
+    unwrapped = [name for name, m in block_modules(model, family_name) if not getattr(m, "gradient_checkpointing", 0)]
+    if unwrapped:  # the record's blocks are the ones transformers checkpoints: anything else is a stale record
+        raise ConfigError(f"model.activation_checkpointing: {mode}: transformers did not checkpoint "
+                          f"{unwrapped[0]} (+{len(unwrapped) - 1} more)")
+    ours = {id(m) for _, m in block_modules(model, family_name)}
+    others = sorted({type(m).__name__ for m in model.modules() if getattr(m, "gradient_checkpointing", False) is True
+                     and hasattr(m, "_gradient_checkpointing_func") and id(m) not in ours
+                     and "GradientCheckpointingLayer" in _class_names(m)})
+    if others:
+        logger.warning("activation checkpointing: transformers also checkpoints %s (not in the %s record)",
+                       ", ".join(others), family_name)
+    model.config.use_cache = False
+    logger.info("activation checkpointing: %s on %s", mode, _describe(counts))
+    return counts
+
+
+def compile_blocks(model: torch.nn.Module, family_name: str, **options: Any) -> Counter:
+    """``module.compile(**options)`` on every block of ``model`` (the compilation itself happens on first use)."""
+    counts = block_counts(model, family_name)
+    if not counts:
+        record = family(family_name)
+        raise ConfigError(f"model.compile: {type(model).__name__} has no {record.text_layer_class} or "
+                          f"{record.vision_block_class} (family {family_name})")
+    eager = _eager_regions(model)
+    for _, module in block_modules(model, family_name):
+        module.compile(**options)
+    logger.info("compile: torch.compile on %s (compiled on first use; the time is logged)%s", _describe(counts),
+                f"; run eager between the compiled parts: {', '.join(eager)}" if eager else "")
+    return counts
+
+
+def _eager_regions(model: torch.nn.Module) -> list[str]:
+    """Keep dynamo out of vlforge's packed-row forwards inside the blocks (their sample bounds are host-side Python,
+    cached per row: traced, each new row would be a new graph): packed attention and the Gated DeltaNet forward run
+    eager between the compiled parts. Done here, not at import: importing dynamo costs seconds and warning filters."""
+    from vlforge.models import varlen
+
+    found = []
+    if varlen.ATTENTION_NAME in _attention_functions():
+        from transformers import AttentionInterface
+
+        AttentionInterface.register(varlen.ATTENTION_NAME, torch.compiler.disable(varlen.varlen_attention))
+        found.append(varlen.ATTENTION_NAME)
+    layers = [m for m in model.modules() if "_vlforge_stock_forward" in m.__dict__
+              and not getattr(m.forward, "_vlforge_eager", False)]
+    for module in layers:
+        module.forward = torch.compiler.disable(module.forward)
+        module.forward._vlforge_eager = True
+    if layers:
+        found.append(f"{len(layers)} packed Gated DeltaNet forwards")
+    return found
+
+
+def _attention_functions() -> Any:
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    return ALL_ATTENTION_FUNCTIONS
+
+
+def compiled_graphs() -> int:
+    """Graphs ``torch.compile`` has compiled in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return int(counters.get("stats", {}).get("unique_graphs", 0))
+
+
+class CompileWatch:
+    """Logs the steps during which new graphs were compiled, with their wall time (compilation included):
+    the first step, a step with a new shape, the first step with images."""
+
+    def __init__(self) -> None:
+        self.graphs = compiled_graphs()
+        self.begun = 0.0
+        self.total = 0.0
+
+    def begin(self) -> None:
+        self.begun = time.perf_counter()
+
+    def end(self, step: int) -> None:
+        graphs = compiled_graphs()
+        if graphs > self.graphs:
+            seconds = time.perf_counter() - self.begun
+            self.total += seconds
+            logger.info("compile: step %d compiled %d new graph(s) and took %.1f s (%.1f s in such steps so far)",
+                        step, graphs - self.graphs, seconds, self.total)
+            self.graphs = graphs
