@@ -278,7 +278,7 @@ def run_vlforge(data: Path, kind: str, variant: str, size: dict[str, Any], devic
                 work: Path) -> dict[str, Any]:
     from vlforge.config.schema import TrainConfig
     from vlforge.train.liger import is_liger
-    from vlforge.train.trainer import Trainer
+    from vlforge.train.trainer import Trainer, global_label_count
 
     warm, timed = size["warmup"], size["steps"]
     prof = size["profile"] if device.type == "cuda" else 0  # the profile measures kernels: none on a CPU
@@ -298,8 +298,11 @@ def run_vlforge(data: Path, kind: str, variant: str, size: dict[str, Any], devic
             batches = trainer._draw()
             if batches is None:
                 raise RuntimeError(f"{kind} data ran out after {len(stats)} steps; generate more")
-            count = trainer._step_totals(batches)
+            count = global_label_count(trainer.ctx, batches, trainer._label_count)  # the step's one all-reduce
             _, loss_sum, _ = trainer.train_step(batches, count)
+            stop = trainer.guard.settle()  # the step guard's verdicts, read where the loop reads them
+            if stop is not None:
+                raise stop
             stats.append([_batch_stats(b, merge) for b in batches])
             losses.append(loss_sum / count.clamp(min=1))
 

@@ -27,13 +27,16 @@ applied with ``torch.set_num_threads``. Tests of import-time behaviour (``tests/
 The server never runs a torch operation before forking (no OpenMP pool to inherit) and its Python code runs in
 one thread; the one other thread after its imports is numpy's OpenBLAS pool, which OpenBLAS itself shuts down
 around a fork. Its imported heap is frozen (``gc.freeze``) before it serves, as pre-fork servers do: a child's
-garbage collections and interpreter shutdown skip it.
+garbage collections and interpreter shutdown skip it. Where triton is installed (torch imports it), its nanobind
+bindings would report the frozen objects as leaks when a served run ends: the run's last exit hook sends the final
+teardown's stderr to /dev/null (:func:`_quiet_frozen_nanobind`).
 ``VLFORGE_TEST_WARM=0`` turns the warm start off for a whole run (every tool ``exec``\\ s the real program).
 """
 
 from __future__ import annotations
 
 import array
+import atexit
 import contextlib
 import gc
 import importlib
@@ -157,6 +160,8 @@ class _Run:
         for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
         self._streams(request["unbuffered"])
+        if "triton" in sys.modules:
+            atexit.register(_quiet_frozen_nanobind)  # registered first, so it runs after the program's own hooks
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -195,6 +200,19 @@ class _Run:
         sys.path[0] = str(Path(request["cwd"], target).resolve().parent)
         runpy.run_path(target, run_name="__main__")
         return None
+
+
+def _quiet_frozen_nanobind() -> None:
+    """The last exit hook of a served run when the server imported triton (torch does, whenever it is installed):
+    triton's nanobind bindings report every object still alive at the very end of the shutdown, and the server's
+    frozen heap holds theirs (a fresh process frees them, so only a served run would print ``nanobind: leaked``).
+    The program's output is flushed first; stderr goes to /dev/null for the interpreter's final teardown alone."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
 
 
 def _send(conn: socket.socket, text: str) -> None:
