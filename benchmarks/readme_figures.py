@@ -367,8 +367,9 @@ def render_tiny_train(entry: dict[str, Any]) -> str:
             f"{machine_phrase(entry, None)}):")
 
 
-def render_gpu_suite(entry: dict[str, Any]) -> str:
-    """The GPU suite's record (run by scripts/gpu_check.sh on a lent GPU, committed under benchmarks/records/)."""
+def render_gpu_suite(entry: dict[str, Any], *, dtypes: tuple[str, ...] = ("fp32", "bf16")) -> str:
+    """The GPU suite's record (run by scripts/gpu_check.sh on a lent GPU, committed under benchmarks/records/);
+    the patch-embedding rows of ``dtypes``."""
     env, train, tower = entry["environment"], entry["training"], entry["vision_tower"]
     when = entry["utc_end"].replace("T", " ")[:16]
     head = (f"Measured on one {env['gpu']} ({env['gpu_memory_bytes'] / 2**30:.0f} GiB), torch {env['torch']}, CUDA "
@@ -376,6 +377,8 @@ def render_gpu_suite(entry: dict[str, Any]) -> str:
             f"(`benchmarks/gpu_suite.py --size {entry['size']}`), record `{entry['record']}`:")
     rows = []
     for key, op in entry["patch_op"].items():
+        if key.rsplit("/", 1)[-1] not in dtypes:
+            continue
         for mode in ("forward", "forward_backward"):
             e = op[mode]
             rows.append([f"{key.replace('/', ' ')} {mode.replace('_', '+')}", f"{e['conv3d_ms']:.3f}",
@@ -515,7 +518,8 @@ REGIONS: tuple[Region, ...] = (
     Region("README.md", "extract", render_extract_readme),
     Region("docs/extract.md", "extract", render_extract_detail),
     Region("docs/train.md", "tiny_train", render_tiny_train),
-    Region("README.md", "gpu_suite", render_gpu_suite),
+    Region("README.md", "gpu_suite", lambda entry: render_gpu_suite(entry, dtypes=("bf16",))),
+    Region("docs/patch.md", "gpu_suite", render_gpu_suite),
     Region("README.md", "train_gpu", render_train_gpu),
     Region("docs/train.md", "train_gpu", render_train_gpu),
     Region("docs/data.md", "video_peers", render_video_peers),
