@@ -29,7 +29,7 @@ one thread; the one other thread after its imports is numpy's OpenBLAS pool, whi
 around a fork. Its imported heap is frozen (``gc.freeze``) before it serves, as pre-fork servers do: a child's
 garbage collections and interpreter shutdown skip it. Where triton is installed (torch imports it), its nanobind
 bindings would report the frozen objects as leaks when a served run ends: the run's last exit hook sends the final
-teardown's stderr to /dev/null (:func:`_quiet_frozen_nanobind`).
+teardown's stderr to /dev/null (:func:`quiet_frozen_nanobind`).
 ``VLFORGE_TEST_WARM=0`` turns the warm start off for a whole run (every tool ``exec``\\ s the real program).
 """
 
@@ -161,7 +161,7 @@ class _Run:
             signal.signal(number, signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL)
         self._streams(request["unbuffered"])
         if "triton" in sys.modules:
-            atexit.register(_quiet_frozen_nanobind)  # registered first, so it runs after the program's own hooks
+            atexit.register(quiet_frozen_nanobind)  # registered first, so it runs after the program's own hooks
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -202,7 +202,7 @@ class _Run:
         return None
 
 
-def _quiet_frozen_nanobind() -> None:
+def quiet_frozen_nanobind() -> None:
     """The last exit hook of a served run when the server imported triton (torch does, whenever it is installed):
     triton's nanobind bindings report every object still alive at the very end of the shutdown, and the server's
     frozen heap holds theirs (a fresh process frees them, so only a served run would print ``nanobind: leaked``).

@@ -9,6 +9,7 @@ from torch import nn
 from vlforge.errors import ModelLoadError
 from vlforge.models.components import discover
 from vlforge.profile import ProfileOptions, run_profile
+from vlforge.profile.report import ComponentStats, RunProfile, TotalStats, compare, summarise, timing
 from vlforge.profile.timer import ComponentTimer
 
 FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v"]
@@ -92,3 +93,20 @@ def test_flops_are_charged_to_the_innermost_component():
     assert flops["inner"] == 2 * (2 * 64 * 64 * 64)
     assert flops["tail"] == 2 * 64 * 64 * 8
     assert flops["root"] == 20 * 2 * (2 * 64 * 64 * 64)
+
+
+def _run(variant: str, times: dict[str, float]) -> RunProfile:
+    meta = {name: (name, "vision", "x") for name in times}
+    summary = summarise([times], dict.fromkeys(times, 1), meta=meta, calls=dict.fromkeys(times, 1))
+    return RunProfile(variant=variant, attn="sdpa", batch_size=1, processor=timing([1.0]),
+                      host_to_device=timing([1.0]), forward=timing([sum(times.values())]),
+                      components=[ComponentStats(**row) for row in summary["components"]],
+                      totals=[TotalStats(**row) for row in summary["totals"]], anomalies=summary["anomalies"])
+
+
+def test_a_ratio_needs_time_on_both_sides():
+    """A component with no exclusive time in the baseline has no ratio, not a 0.00x 'slowdown'."""
+    rows = {row.name: row for row in compare(_run("stock", {"a": 2.0, "b": 0.0, "c": 1.0}),
+                                             _run("patched", {"a": 1.0, "b": 0.5, "c": 0.0})).rows}
+    assert rows["a"].ratio == 2.0
+    assert rows["b"].ratio is None and rows["c"].ratio is None

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainkit import tiny_config
+from trainkit import tiny_config, token_mean_grads
 
 from vlforge.config.load import load_config
 from vlforge.config.problems import ConfigValidationError
@@ -37,15 +37,6 @@ def _trainer(tmp_path: Path, checkpoint: Path, data: Path | None = None, **secti
     return trainer
 
 
-def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
-
-
-def _loss_and_grads(trainer: Trainer, batches: list[dict]) -> tuple[float, dict[str, torch.Tensor]]:
-    trainer.model.zero_grad(set_to_none=True)
-    count, loss_sum = trainer.accumulate(batches)
-    return float(loss_sum / count), _grads(trainer.model)
-
 
 def _close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], rtol: float) -> float:
     assert a.keys() == b.keys()
@@ -59,14 +50,14 @@ def test_selective_and_full_checkpointing_keep_loss_and_grads(tmp_path, checkpoi
     plain = _trainer(tmp_path, checkpoint)
     batches = plain._draw()
     assert any("image_grid_thw" in b for b in batches) or any("pixel_values_videos" in b for b in batches)
-    loss, grads = _loss_and_grads(plain, batches)
+    loss, grads = token_mean_grads(plain, batches)
     for mode in ("selective", "full"):
         with caplog.at_level(logging.INFO, logger="vlforge.models.blocks"):
             other = _trainer(tmp_path, checkpoint, model={"activation_checkpointing": mode})
         assert f"activation checkpointing: {mode} on 2 Qwen3VLTextDecoderLayer + 2 Qwen3VLVisionBlock" in caplog.text
         blocks = [m for m in other.model.modules() if type(m).__name__.endswith(("DecoderLayer", "VisionBlock"))]
         assert blocks and all(m.gradient_checkpointing for m in blocks)
-        other_loss, other_grads = _loss_and_grads(other, batches)
+        other_loss, other_grads = token_mean_grads(other, batches)
         assert other_loss == pytest.approx(loss, rel=1e-6), mode
         _close(other_grads, grads, 1e-5)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from trainkit import tiny_config
+from trainkit import tiny_config, token_mean_grads
 
 from vlforge.config.schema import TrainConfig
 from vlforge.train.loss import (
@@ -16,16 +16,6 @@ from vlforge.train.loss import (
     token_loss_sum,
 )
 from vlforge.train.trainer import Trainer
-
-
-def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
-
-
-def _token_mean_grads(trainer: Trainer, batches: list[dict]) -> tuple[float, dict[str, torch.Tensor]]:
-    trainer.model.zero_grad(set_to_none=True)
-    count, loss_sum = trainer.accumulate(batches)
-    return float(loss_sum / count), _grads(trainer.model)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +35,7 @@ def test_packed_rows_equal_separate_samples_in_loss_and_grads(tmp_path, checkpoi
     row = next(packed.stream)
     n = len(row["sample_ids"])
     assert n >= 4 and "video_grid_thw" in row and "image_grid_thw" in row  # images, video and text in one row
-    loss_packed, grads_packed = _token_mean_grads(packed, [row])
+    loss_packed, grads_packed = token_mean_grads(packed, [row])
 
     separate = _trainer(tmp_path, checkpoint)  # same model, padded batches of one sample, same record order
     by_id: dict = {}
@@ -54,7 +44,7 @@ def test_packed_rows_equal_separate_samples_in_loss_and_grads(tmp_path, checkpoi
         by_id.setdefault(batch["sample_ids"][0], batch)
     samples = [by_id[sample_id] for sample_id in row["sample_ids"]]
     assert int(sum(label_count(s) for s in samples)) == int(label_count(row))
-    loss_separate, grads_separate = _token_mean_grads(separate, samples)
+    loss_separate, grads_separate = token_mean_grads(separate, samples)
 
     assert loss_packed == pytest.approx(loss_separate, rel=1e-5)
     assert grads_packed.keys() == grads_separate.keys()
@@ -84,13 +74,13 @@ def test_gradient_accumulation_4x1_equals_1x4(tmp_path, checkpoint):
     next(one_by_four.stream)
     big = next(one_by_four.stream)  # records 5-8: different lengths, so the batch of 4 carries padding
     assert big["input_ids"].shape[0] == 4 and int(big["attention_mask"].sum()) < big["attention_mask"].numel()
-    loss_big, grads_big = _token_mean_grads(one_by_four, [big])
+    loss_big, grads_big = token_mean_grads(one_by_four, [big])
 
     four_by_one = _trainer(tmp_path, checkpoint, training={"gradient_accumulation_steps": 4})
     four_by_one._draw()
     small = four_by_one._draw()
     assert [b["sample_ids"][0] for b in small] == big["sample_ids"]
-    loss_small, grads_small = _token_mean_grads(four_by_one, small)
+    loss_small, grads_small = token_mean_grads(four_by_one, small)
 
     assert loss_small == pytest.approx(loss_big, rel=1e-5)
     scale = max(float(g.abs().max()) for g in grads_big.values())
@@ -105,11 +95,11 @@ def test_gradient_accumulation_4x1_equals_1x4(tmp_path, checkpoint):
 def test_gradient_checkpointing_keeps_loss_and_grads(tmp_path, checkpoint):
     plain = _trainer(tmp_path, checkpoint)
     batches = plain._draw()
-    loss_plain, grads_plain = _token_mean_grads(plain, batches)
+    loss_plain, grads_plain = token_mean_grads(plain, batches)
     recompute = _trainer(tmp_path, checkpoint, model={"gradient_checkpointing": True,
                                                       "load_from_pretrained_path": str(checkpoint)})
     assert recompute.model.is_activation_checkpointing
-    loss_gc, grads_gc = _token_mean_grads(recompute, batches)
+    loss_gc, grads_gc = token_mean_grads(recompute, batches)
     assert loss_gc == pytest.approx(loss_plain, rel=1e-6)
     assert all(torch.allclose(grads_gc[k], grads_plain[k], rtol=1e-4, atol=1e-7) for k in grads_plain)
 
@@ -117,10 +107,10 @@ def test_gradient_checkpointing_keeps_loss_and_grads(tmp_path, checkpoint):
 def test_bf16_compute_keeps_fp32_master_weights(tmp_path, checkpoint):
     fp32 = _trainer(tmp_path, checkpoint)
     batches = fp32._draw()
-    loss_fp32, _ = _token_mean_grads(fp32, batches)
+    loss_fp32, _ = token_mean_grads(fp32, batches)
     bf16 = _trainer(tmp_path, checkpoint, training={"bf16": True})
     assert bf16.tm.autocast and bf16.tm.compute_dtype == torch.bfloat16
-    loss_bf16, grads = _token_mean_grads(bf16, batches)
+    loss_bf16, grads = token_mean_grads(bf16, batches)
     assert loss_bf16 == pytest.approx(loss_fp32, rel=2e-2) and loss_bf16 != loss_fp32
     assert {p.dtype for p in bf16.model.parameters()} == {torch.float32}
     assert {g.dtype for g in grads.values()} == {torch.float32}

@@ -117,3 +117,11 @@ def exported_weights(directory: Path) -> dict[str, torch.Tensor]:
 def max_abs_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
     assert a.keys() == b.keys()
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+
+
+def token_mean_grads(trainer: Any, batches: list[dict]) -> tuple[float, dict[str, torch.Tensor]]:
+    """The token-mean loss of ``batches`` through ``trainer.accumulate`` and a copy of every gradient it left."""
+    trainer.model.zero_grad(set_to_none=True)
+    count, loss_sum = trainer.accumulate(batches)
+    grads = {name: p.grad.detach().clone() for name, p in trainer.model.named_parameters() if p.grad is not None}
+    return float(loss_sum / count), grads

@@ -72,11 +72,16 @@ def run_table(report: ProfileReport, run: RunProfile, *, per_block: bool = True)
     return table
 
 
+def _times(ratio: float) -> str:
+    """``2.31x``; a ratio below 0.01 keeps one significant digit instead of reading ``0.00x``."""
+    return f"{ratio:.2f}x" if ratio >= 0.01 else f"{ratio:.1g}x"
+
+
 def compare_table(comparison: Comparison, *, per_block: bool = True) -> Table:
     """``baseline / candidate`` per component; above 1 means the candidate is faster."""
     ratio = comparison.forward_ratio
     title = (f"{comparison.baseline} vs {comparison.candidate} · attn={comparison.attn} · "
-             f"batch={comparison.batch_size} · forward ratio {ratio:.2f}x" if ratio else "")
+             f"batch={comparison.batch_size} · forward ratio {_times(ratio)}" if ratio else "")
     table = Table(title=title, title_justify="left")
     table.add_column("component", no_wrap=True)
     table.add_column(f"{comparison.baseline} ms", justify="right")
@@ -85,7 +90,7 @@ def compare_table(comparison: Comparison, *, per_block: bool = True) -> Table:
     for row in comparison.rows:
         if not per_block and _collapsed(row.name):
             continue
-        text = "-" if row.ratio is None else f"{row.ratio:.2f}x"
+        text = "-" if row.ratio is None else _times(row.ratio)
         if row.ratio is not None and row.ratio >= 1.5:
             text = f"[bold green]{text}[/]"
         name = f"Σ {row.name}" if row.name in _TOTALS else row.name

@@ -215,7 +215,10 @@ def summarise(
 
 
 def compare(baseline: RunProfile, candidate: RunProfile) -> Comparison:
-    """Per-component ``baseline / candidate`` median exclusive time, totals included."""
+    """Per-component ``baseline / candidate`` median exclusive time, totals included.
+
+    A row with no time on either side (a component the other variant never runs) has no ratio.
+    """
     rows = []
     cand = {c.name: c.time.median_ms for c in candidate.components}
     cand.update({t.name: t.time.median_ms for t in candidate.totals})
@@ -226,7 +229,7 @@ def compare(baseline: RunProfile, candidate: RunProfile) -> Comparison:
         if cand_ms is None:
             continue
         rows.append(CompareRow(name=name, baseline_ms=base_ms, candidate_ms=cand_ms,
-                               ratio=base_ms / cand_ms if cand_ms > 0 else None))
+                               ratio=base_ms / cand_ms if base_ms > 0 and cand_ms > 0 else None))
     forward = candidate.forward.median_ms
     return Comparison(attn=baseline.attn, batch_size=baseline.batch_size, baseline=baseline.variant,
                       candidate=candidate.variant, rows=rows,
