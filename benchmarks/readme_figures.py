@@ -325,16 +325,10 @@ def _extract_facts(entry: dict[str, Any]) -> tuple[dict[str, Any], str, str]:
 def render_extract_readme(entry: dict[str, Any]) -> str:
     result, machine, setup = _extract_facts(entry)
     runs = result["results"]
-    rows = [
-        ["per-sample loop, full model forward (as in the seed)", f"{runs['plain_loop']['samples_per_s']:.1f}"],
-        ["per-sample loop without the `lm_head`", f"{runs['plain_loop_backbone']['samples_per_s']:.1f}"],
-        ["`vlforge extract`", f"{runs['vlforge_extract']['samples_per_s']:.1f} "
-                              f"(**{result['speedup_vs_plain_loop']:.1f}x** the seed loop)"],
-    ]
-    return (f"{setup}; measured on {machine}; `{entry['command']}`:\n\n"
-            + _table(["variant", "samples/s"], rows)
-            + f"\n\nAgainst the loop that also skips the `lm_head`, `vlforge extract` runs at "
-              f"{result['speedup_vs_plain_loop_backbone']:.2f}x.")
+    return (f"`vlforge extract` ran at {runs['vlforge_extract']['samples_per_s']:.1f} samples/s: "
+            f"**{result['speedup_vs_plain_loop']:.1f}x** the seed's per-sample loop "
+            f"({runs['plain_loop']['samples_per_s']:.1f}), {result['speedup_vs_plain_loop_backbone']:.2f}x that loop "
+            f"without the `lm_head`. {setup}; measured on {machine}; `{entry['command']}`.")
 
 
 def render_extract_detail(entry: dict[str, Any]) -> str:
@@ -456,9 +450,8 @@ TARGETS = {"text": 0.35, "image": 0.30}
 def render_train_gpu(entry: dict[str, Any]) -> str:
     """``benchmarks/train_gpu.py --size real`` on a lent GPU (``scripts/gpu_check.sh``), or the missing record."""
     if entry.get("missing"):
-        return (f"No GPU record yet: `{entry['record']}` is written by `scripts/gpu_check.sh` (`benchmarks/train_gpu.py "
-                "--size real`) the first time a session has a GPU, and no GPU figure of `vlforge train` is quoted "
-                "until then. `tests/test_train_gpu_bench.py` runs the same script at `--size tiny` on the CPU.")
+        return (f"No GPU record yet: no GPU figure of `vlforge train` is quoted until `scripts/gpu_check.sh` writes "
+                f"`{entry['record']}` on a lent GPU; the suite runs the same script at `--size tiny` on the CPU.")
     env = entry["environment"]
     when = entry["utc_end"].replace("T", " ")[:16]
     head = (f"Measured on one {env.get('gpu', env.get('device'))}, torch {env['torch']}, CUDA {env.get('cuda')}, "

@@ -508,7 +508,8 @@ def test_figures_render_from_json_and_keep_the_rest_of_the_page():
     throughput = FIGURES.region_body(new, "train_throughput")
     assert "| vlforge, packed rows of 300 tokens | 1.00 | 100.0 | **2.00x** |" in throughput
     assert "gave 1.25x in that run, below the 1.3x" in throughput
-    assert "| `vlforge extract` | 50.0 (**5.0x** the seed loop) |" in FIGURES.region_body(new, "extract")
+    assert "`vlforge extract` ran at 50.0 samples/s: **5.0x** the seed's per-sample loop (10.0)" in \
+        FIGURES.region_body(new, "extract")
     assert FIGURES.replace_region(new, "extract", FIGURES.region_body(new, "extract")) == new  # idempotent
     assert rendered[("docs/train.md", "tiny_train")].startswith(
         "Example on CPU (42 s from start to exit on 4 logical CPUs; loss 11.11 -> 8.00 over 30 steps, the means of "
