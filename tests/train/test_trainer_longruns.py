@@ -249,6 +249,7 @@ def test_nonfinite_steps_are_skipped_on_every_rank_and_stop_the_run(tmp_path, mo
     report = json.loads((out / "data_report.json").read_text())
     assert (report["nonfinite_steps"], report["nonfinite_first_steps"], report["step"]) == (2, [2, 3], 3)
     assert logged(out, "nonfinite_steps")[:2] == [0, 1]
+    assert "NaN" in logged(out, "loss")  # a skipped step's loss, as a string: every line stays strict JSON
 
 
 def test_sigterm_to_one_rank_stops_every_rank_at_a_saved_step(tmp_path, model_path):

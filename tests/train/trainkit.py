@@ -72,9 +72,13 @@ def run_training(config: Path, nproc: int = 1, *overrides: str, timeout: int = 6
     return proc
 
 
+def _not_json(token: str) -> None:
+    raise AssertionError(f"metrics.jsonl holds {token}, which strict JSON readers (jq, JavaScript) refuse")
+
+
 def logged(output_dir: Path, key: str) -> list[float]:
-    """Every value of ``key`` in the run's ``metrics.jsonl``, in order."""
-    records = [json.loads(line) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
+    """Every value of ``key`` in the run's ``metrics.jsonl``, in order; every line must be strict JSON."""
+    records = [json.loads(line, parse_constant=_not_json) for line in (output_dir / "metrics.jsonl").read_text().splitlines()]
     return [record[key] for record in records if key in record]
 
 

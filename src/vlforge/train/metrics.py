@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,14 @@ logger = logging.getLogger(__name__)
 TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
 WANDB_RUN_ID_FILE = "vlforge-run-id"  # under output_dir/wandb: the run a resume rewinds and continues
+
+
+def _strict(value: Any) -> Any:
+    """A non-finite float as the string Python and JavaScript spell it (``"NaN"``, ``"Infinity"``, ``"-Infinity"``):
+    every line stays strict JSON (jq and JavaScript refuse a bare ``NaN``), and the value is kept."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)
+    return value
 
 
 class MetricsLogger:
@@ -105,7 +114,7 @@ class MetricsLogger:
         if not self.main:
             return
         record = {"time": round(time.time(), 3), **record}
-        self.file.write(json.dumps(record) + "\n")
+        self.file.write(json.dumps({k: _strict(v) for k, v in record.items()}) + "\n")
         self.file.flush()
         step = record.get("step", 0)
         scalars = {k: v for k, v in record.items() if isinstance(v, int | float) and k not in ("step", "time")}
