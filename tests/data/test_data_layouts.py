@@ -53,12 +53,15 @@ def test_transformers_content_parts_give_the_pixels_of_a_plain_path(make_process
 
 
 @pytest.mark.parametrize("part", [{"type": "image", "url": "https://example.org/cat.png"},
-                                  {"type": "video", "url": "http://example.org/clip.mp4"}])
+                                  {"type": "video", "url": "http://example.org/clip.mp4"},
+                                  {"type": "image", "url": "HTTPS://example.org/cat.png"},
+                                  {"type": "image", "image": "s3://bucket/cat.png"},
+                                  {"type": "video", "path": "gs://bucket/clip.mp4"}])
 def test_remote_urls_are_one_line_sample_errors(make_processor, media_dir, part):
     with pytest.raises(SampleError) as info:
         _process(make_processor(), chat([part]), media_dir)
     assert info.value.reason == "remote_url" and "\n" not in str(info.value)
-    assert str(info.value).startswith("set.jsonl:line 1: remote_url: remote media 'http")
+    assert str(info.value).startswith(f"set.jsonl:line 1: remote_url: remote media {list(part.values())[-1]!r}")
     assert "download it and give its local path" in str(info.value)
 
 
@@ -226,3 +229,23 @@ def test_skip_report_is_the_same_in_every_layout(make_processor, tmp_path, media
     assert reports["p.parquet"][3] == ["row 2", "row 3"]
     assert reports["m.jsonl"][:3] == reports["l.json"][:3] == reports["p.parquet"][:3]
     assert reports["m.jsonl"][1:3] == ({"missing_file": 1, "no_labels": 1}, 4) and len(reports["m.jsonl"][0]) == 2
+
+
+def _texts(conv) -> list[list[str]]:
+    return [[getattr(p, "text", f"[{getattr(p, 'kind', '?')}]") for p in m.parts] for m in conv.messages]
+
+
+def test_tags_in_text_are_text_in_messages_without_a_media_list():
+    """transformers' chat templates leave ``<video>`` in text alone: a chat about HTML is not a broken record."""
+    html = parse_conversation(chat("What does the HTML <video> tag do? And <image>?"), "d.jsonl", "line 1")
+    assert _texts(html)[0] == ["What does the HTML <video> tag do? And <image>?"]
+    named = parse_conversation(chat([{"type": "image", "url": "red.png"}, {"type": "text", "text": "<image>\nColour?"}]),
+                               "d.jsonl", "line 2")
+    assert _texts(named)[0] == ["[image]", "<image>\nColour?"]
+    with_list = parse_conversation({**chat("<image>Colour?"), "images": ["red.png"]}, "d.jsonl", "line 3")
+    assert _texts(with_list)[0] == ["[image]", "Colour?"]
+    with pytest.raises(SampleError, match="placeholder_mismatch: 2 <image> placeholder"):  # a list given, counts
+        parse_conversation({**chat("<image><image>?"), "images": ["red.png"]}, "d.jsonl", "line 4")
+    with pytest.raises(SampleError, match="placeholder_mismatch"):  # LLaVA's layout: <image> is always a placeholder
+        parse_conversation({"conversations": [{"from": "human", "value": "<image>?"}, {"from": "gpt", "value": "x"}]},
+                           "l.json", "item 1")

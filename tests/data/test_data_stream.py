@@ -35,7 +35,7 @@ def _drain(stream) -> list:
 
 def test_on_error_skip_counts_every_reason_and_writes_the_report(make_processor, tmp_path, media_dir):
     records = [chat("fine"), "{broken json", {"messages": 5}, chat([{"type": "image", "image": "gone.png"}]),
-               {"messages": [{"role": "user", "content": "<image>"}, {"role": "assistant", "content": "x"}]},
+               {"messages": [{"role": "user", "content": "<image>"}, {"role": "assistant", "content": "x"}], "images": []},
                chat("long " * 300), chat("also fine")]
     write_jsonl(media_dir / "mixed.jsonl", records)
     report = tmp_path / "out" / "skipped.json"

@@ -3,7 +3,8 @@
 A reference is a path (relative ones resolve against ``data_folder``), a ``file://`` URL (``file:///abs`` or
 ``file://relative``, as qwen-vl-utils reads them), a ``data:`` base64 URL, raw bytes, or a ``{"bytes": ...,
 "path": ...}`` dict (HF ``datasets``' ``Image`` feature: the bytes when present, else the path).
-``http(s)://`` URLs are refused (``remote_url``): nothing is downloaded while training.
+Any other ``scheme://`` (``http``, ``https``, ``s3``, ``gs``, in any case) is refused (``remote_url``): nothing is
+downloaded while training.
 
 Example:
     >>> import tempfile, pathlib
@@ -19,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,9 @@ from urllib.parse import unquote
 from PIL import Image, UnidentifiedImageError
 
 from vlforge.data.errors import SampleError
+
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,8 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
         return Media(None, bytes(ref), "<inline bytes>")
     if not isinstance(ref, str):
         fail("schema", f"media reference must be a string, got {type(ref).__name__}")
-    if ref.startswith(("http://", "https://")):
+    scheme = _SCHEME.match(ref)
+    if scheme and scheme[1].lower() != "file":
         fail("remote_url", f"remote media {ref!r}: vlforge reads no network while training; download it and give "
                            "its local path (relative to data_folder)")
     if ref.startswith("data:"):
@@ -72,7 +78,7 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
         except (binascii.Error, ValueError) as exc:
             fail("schema", f"invalid base64 in data: URL: {exc}")
     # a file:// URL as qwen-vl-utils reads it: the rest is the path (file:///abs, file://relative)
-    path = Path(unquote(ref.removeprefix("file://"))) if ref.startswith("file://") else Path(ref).expanduser()
+    path = Path(unquote(ref[len("file://"):])) if scheme else Path(ref).expanduser()
     if not path.is_absolute():
         root = Path(data_folder).resolve()
         path = (root / path).resolve()

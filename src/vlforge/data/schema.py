@@ -7,7 +7,8 @@ a list of parts as transformers' and OpenAI's chat formats write them: ``{"type"
 {"url": REF}}``; the same for ``video`` / ``video_url`` (with per-video options ``fps``, ...). ``<image>`` /
 ``<video>`` placeholders in text, and media parts without a reference (``{"type": "image"}``), take the
 record's top-level images / videos (``images`` or ``image``: a path, bytes, an ``{"bytes", "path"}`` struct
-or a list) in order; a record with media but no placeholder at all gets them at the start of its first user
+or a list) in order (in the ``messages`` layout, ``<image>`` is a placeholder only in a record that has such a
+media list: otherwise it is text, as transformers' chat templates leave it); a record with media but no placeholder at all gets them at the start of its first user
 turn; any other count mismatch is an error. The turns may be a JSON string (common in parquet files).
 
 Example:
@@ -123,15 +124,16 @@ def _split_placeholders(text: str) -> list[TextPart | MediaPart]:
     return parts
 
 
-def _content(content: Any, i: int, fail) -> list[TextPart | MediaPart]:
+def _content(content: Any, i: int, fail, *, placeholders: bool) -> list[TextPart | MediaPart]:
+    """A turn's parts; with ``placeholders``, ``<image>`` / ``<video>`` in its text are cut out as media parts."""
     if isinstance(content, str):
-        return _split_placeholders(content)
+        return _split_placeholders(content) if placeholders else [TextPart(content)]
     if not isinstance(content, list):
         fail(f"message {i} content must be a string or a list of parts, got {type(content).__name__}")
     parts: list[TextPart | MediaPart] = []
     for item in content:
         part = _part(item, fail)
-        parts.extend(_split_placeholders(part.text) if isinstance(part, TextPart) else [part])
+        parts.extend(_split_placeholders(part.text) if placeholders and isinstance(part, TextPart) else [part])
     return parts
 
 
@@ -192,6 +194,8 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
         fail(f"record needs {fmt.expected()}")
     if (audio := audio_key(record)) is not None:
         fail(f"{audio!r}: audio is not supported (vlforge trains vision-language chats)")
+    # transformers' messages name their media in parts: there ``<image>`` is text unless the record has a media list
+    placeholders = fmt.layout != "messages" or any(record.get(k) is not None for k in (*fmt.images, *fmt.videos))
     out: list[Message] = []
     for i, raw in enumerate(turns):
         if not isinstance(raw, dict):
@@ -204,7 +208,7 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
             fail(f"message {i} has {fmt.role_tag} {name!r}; expected one of {', '.join(fmt.roles)}")
         if fmt.content_tag not in raw:
             fail(f"message {i} has no {fmt.content_tag!r} key; expected {fmt.expected()}")
-        out.append(Message(role, _content(raw[fmt.content_tag], i, fail)))
+        out.append(Message(role, _content(raw[fmt.content_tag], i, fail, placeholders=placeholders)))
     system = record.get(fmt.system) if fmt.system else None
     if system and out[0].role != "system":
         if not isinstance(system, str):
