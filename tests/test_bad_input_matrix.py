@@ -83,6 +83,7 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     clip = (root / "clip.mp4").read_bytes()
     (root / "broken.mp4").write_bytes(clip[: len(clip) // 4])
     (root / "empty.yaml").write_text("")
+    (root / "blank.jsonl").write_text("\n\n")
     (root / "a_dir").mkdir()
     (root / "a_file").write_text("not a directory\n")
     (root / "bad.yaml").write_text("training: [1, 2\n")
@@ -205,6 +206,8 @@ CASES: list[Case] = [
          ("data.dataset_path", "gone.jsonl", "not found")),
     Case("validate", "dataset is a directory", lambda r: ["validate", train_yaml(r, "dirdata.yaml", data="a_dir"),
                                                           "data.dataset_format=jsonl"], ("a_dir", "directory")),
+    Case("validate", "dataset without a record", lambda r: ["validate", train_yaml(r, "blank.yaml", data="blank.jsonl")],
+         ("data.dataset_path", "the datasets hold no records", "blank.jsonl")),
     Case("plan", "missing config", lambda r: ["plan", "nothere.yaml"], ("nothere.yaml", "not found")),
     Case("plan", "unknown memory size", lambda r: ["plan", train_yaml(r, "p_mem.yaml"), "--gpu-memory", "lots"],
          ("--gpu-memory", "lots")),
@@ -230,6 +233,8 @@ CASES: list[Case] = [
          ("all_bad.jsonl", "none of the 1 sampled records", "assistant")),
     Case("train", "missing dataset", lambda r: ["train", train_yaml(r, "t_nodata.yaml", data="gone.jsonl")],
          ("gone.jsonl", "not found")),
+    Case("train", "dataset without a record", lambda r: ["train", train_yaml(r, "t_blank.yaml", data="blank.jsonl")],
+         ("data.dataset_path", "the datasets hold no records", "blank.jsonl")),
     Case("train", "output under a file", lambda r: ["train", train_yaml(r, "t_out.yaml", output_dir="a_file/run")],
          ("output_dir", "a_file", "is a file")),
     Case("train", "unwritable output", lambda r: ["train", train_yaml(r, "t_unw.yaml",

@@ -191,3 +191,15 @@ def test_empty_inputs_are_errors_not_endless_loops(tmp_path):
     mix = Mixture(resolve_entries(DataConfig(datasets=[{"path": "empty.jsonl"}]), tmp_path), epochs=None)
     with pytest.raises(DataError, match="hold no records"):
         mix.next()
+
+
+@pytest.mark.parametrize("name", ["d.json", "d.jsonl"])
+def test_a_byte_order_mark_at_the_start_is_read_past(tmp_path, name):
+    """Windows editors start UTF-8 files with a BOM; both the array's prefix read and the whole parse skip it."""
+    records = text_records(3)
+    body = json.dumps(records) if name.endswith(".json") else "\n".join(json.dumps(r) for r in records)
+    path = tmp_path / name
+    path.write_bytes(b"\xef\xbb\xbf" + body.encode())
+    assert _keys(open_source(path)) == [r["messages"][0]["content"] for r in records]
+    assert [raw.location for raw in open_source(path).head(2)] == (["item 1", "item 2"] if name.endswith(".json")
+                                                                   else ["line 1", "line 2"])

@@ -58,6 +58,7 @@ class NamedEntry:
     key: str
     entry: ResolvedEntry
     shown: str  # the path as the config names it (relative to the working directory or its dataset YAML)
+    set_key: str  # the config key of the set it belongs to: data.dataset_path / data.datasets or data.eval_dataset_path
 
 
 def _entries(cfg: TrainConfig, origin: str, base: Path) -> tuple[list[NamedEntry], list[Problem]]:
@@ -73,6 +74,7 @@ def _entries(cfg: TrainConfig, origin: str, base: Path) -> tuple[list[NamedEntry
         sets.append(("eval", data_config(cfg, eval_set=True)))
     for which, config in sets:
         key = "data.eval_dataset_path" if which == "eval" else "data.dataset_path"
+        set_key = "data.datasets" if which == "data" and cfg.data.datasets is not None else key
         entries, entry_base, entry_origin, entry_key = config.datasets, base, origin, "data.datasets"
         if isinstance(entries, str):  # a dataset YAML: its entries are relative to it
             yaml_path = base / entries
@@ -100,21 +102,32 @@ def _entries(cfg: TrainConfig, origin: str, base: Path) -> tuple[list[NamedEntry
                 problems.append(Problem(entry_origin, None, f"{where}.data_folder", folder_problem))
             if not problem and not folder_problem:
                 found.append(NamedEntry(entry_origin, path_key, resolve_entry(entry, entry_base),
-                                        str(entry_base / entry.path)))
+                                        str(entry_base / entry.path), set_key))
     return found, problems
 
 
 def data_file_problems(cfg: TrainConfig, origin: str, base_dir: str | Path = ".") -> list[Problem]:
     """One :class:`Problem` per missing or mistyped data file, dataset YAML or media folder of ``cfg``, and per
     data file whose start holds no chat record in its layout (the record and what was expected)."""
-    from vlforge.data.layouts import file_format
+    from vlforge.data.layouts import EMPTY_FILE, file_format
 
     found, problems = _entries(cfg, origin, Path(base_dir))
+    empty: dict[str, list[str]] = {}
+    records: set[str] = set()
     for named in found:
         try:
-            file_format(named.entry)
+            fmt = file_format(named.entry)
         except DataError as error:
             problems.append(Problem(named.origin, None, named.key, str(error)))
+            records.add(named.set_key)
+            continue
+        if fmt.origin == EMPTY_FILE:
+            empty.setdefault(named.set_key, []).append(named.shown)
+        else:
+            records.add(named.set_key)
+    for set_key, paths in empty.items():  # training would stop at its first batch; one empty file of several reads
+        if set_key not in records:
+            problems.append(Problem(origin, None, set_key, f"the datasets hold no records: {', '.join(paths)}"))
     return problems
 
 

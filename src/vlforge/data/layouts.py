@@ -143,6 +143,10 @@ def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> 
     return RecordFormat(layout, key, role_tag, content_tag, _role_names(tags), images, videos, columns.system, origin)
 
 
+EMPTY_FILE = "an empty file"
+"""The ``origin`` of the format :func:`file_format` gives a file without any record."""
+
+
 def file_format(entry: ResolvedEntry) -> RecordFormat:
     """The format of every record of ``entry``'s file: as the entry names it, or detected from the first record
     (of the first :data:`DETECT_RECORDS`) that holds turns; :class:`~vlforge.errors.DataError` when none does."""
@@ -166,7 +170,7 @@ def file_format(entry: ResolvedEntry) -> RecordFormat:
     finally:
         source.close()
     if first is None:  # an empty file: no record to read, none to detect from
-        return _format(entry, entry.layout, entry.columns.messages or MESSAGE_KEYS[0], "an empty file")
+        return _format(entry, entry.layout, entry.columns.messages or MESSAGE_KEYS[0], EMPTY_FILE)
     raise DataError(f"{first.source}:{first.location}: no chat record in the first {read} record(s) of the file "
                     f"(first: {first.reason}: {first.detail})")
 

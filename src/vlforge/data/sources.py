@@ -243,7 +243,7 @@ class JsonSource(Source):
     def _load(self) -> list[Any]:
         if self._items is None:
             try:
-                items = json.loads(self.path.read_text(encoding="utf-8"))
+                items = json.loads(self.path.read_text(encoding="utf-8-sig"))  # a BOM, as Windows editors write
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise DataError(f"{self.path}: invalid JSON file: {exc}") from exc
             if isinstance(items, dict) and isinstance(items.get("data"), list):
@@ -295,7 +295,7 @@ def _array_prefix(path: Path, n: int, chunk: int = 1 << 20) -> list[Any] | None:
             more = fh.read(chunk)
             data += more
             text = data.decode("utf-8", errors="ignore")  # a character cut at the end decodes once read whole
-            start = len(text) - len(text.lstrip())
+            start = len(text) - len(text.removeprefix("\ufeff").lstrip())
             if text[start:start + 1] not in ("[", ""):
                 return None
             items, pos = [], start + 1
