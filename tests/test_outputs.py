@@ -150,3 +150,16 @@ def test_atomic_write_leaves_no_temp_and_fsyncs(tmp_path: Path) -> None:
     atomic_write_bytes(tmp_path / "a" / "f.bin", b"123")
     assert _tree(tmp_path) == {"a/f.bin": b"123"}
     assert not owned(tmp_path / "a" / "f.bin")  # not recorded without a writer
+
+
+def test_a_vlforge_output_inside_another_is_replaceable_but_a_planted_file_in_it_is_not(tmp_path: Path) -> None:
+    """Files written into a subdirectory the caller made are recorded in that subdirectory's own ledger."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tokenizer").mkdir()
+    atomic_write_text(out / "tokenizer" / "tokenizer.json", "{}", writer="test")
+    atomic_write_text(out / "reward.py", "x = 1\n", writer="test")
+    assert check_output_dir(out, flag="--rewrite-out", mode="replace") == out
+    (out / "tokenizer" / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match=r"holds tokenizer/notes.txt, which vlforge did not write"):
+        check_output_dir(out, flag="--rewrite-out", mode="replace")

@@ -242,7 +242,7 @@ def owned(path: str | os.PathLike[str]) -> bool:
 
 
 def foreign_files(directory: Path) -> list[Path]:
-    """Files (and symlinks) under a sealed ``directory`` that its ledger does not record."""
+    """Files (and symlinks) under a sealed ``directory`` that its ledger (or a subdirectory's own) does not record."""
     ledger = read_ledger(directory) or {"entries": {}}
     if ledger.get("partial"):
         return []
@@ -250,6 +250,10 @@ def foreign_files(directory: Path) -> list[Path]:
     found = []
     for root, dirs, files in os.walk(directory):
         base = Path(root)
+        nested = [d for d in dirs if not (base / d).is_symlink() and read_ledger(base / d) is not None]
+        for name in nested:  # files written into a directory the caller made: recorded in its own ledger
+            found += foreign_files(base / name)
+        dirs[:] = [d for d in dirs if d not in nested]
         for name in files + [d for d in dirs if (base / d).is_symlink()]:
             rel = (base / name).relative_to(directory).as_posix()
             if rel != LEDGER and rel not in known:
