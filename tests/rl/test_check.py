@@ -80,6 +80,9 @@ def test_special_tags_stripped_by_the_decode(special_think, tmp_path) -> None:
     code, stdout, _ = invoke("rl", "check", "--model", special_think, "--engine", "verl", *regex,
                              "--tokenizer", tmp_path / "fix" / "tokenizer", "--json")
     assert code == 0, stdout
+    code, _, stderr = invoke("rl", "check", "--model", special_think, "--engine", "verl", *regex,
+                             "--rewrite-out", tmp_path / "fix", "--json")  # the same command again replaces it
+    assert code == 3, stderr
 
 
 def test_prefilled_think_makes_trls_format_unsatisfiable(tiny_checkpoint, r1_template, tmp_path) -> None:
@@ -165,12 +168,72 @@ def test_openrlhf_reward_signature_is_recognised(tiny_checkpoint, r1_template, t
     assert any("scores prompt + completion" in n for n in report["notes"])  # pre-filled <think> is in the query
 
 
+STARTS_WITH = '''def format_reward(completions, **kwargs):
+    texts = [c[0]["content"] if isinstance(c, list) else c for c in completions]
+    return [float(t.startswith("<think>") and "</think>" in t) for t in texts]
+'''
+ONLY_CUTS = '''import re
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if "</think>" in solution_str:
+        solution_str = solution_str.split("</think>")[-1]
+    answer = re.sub(r"<think>.*?</think>", "", solution_str)
+    return float(ground_truth in answer)
+'''
+
+
+def test_how_the_reward_uses_a_tag_decides_what_it_needs(tiny_checkpoint, r1_template, tmp_path) -> None:
+    """A plain-text test needs the tag as it is (a regex rewrite there would never match); text cut at a tag does
+    not need it; a healthy run with --rewrite-out writes nothing and keeps its verdict."""
+    model = tiny_checkpoint("qwen3_vl")
+    (tmp_path / "sw.py").write_text(STARTS_WITH)
+    code, stdout, _ = invoke("rl", "check", "--model", model, "--reward", f"{tmp_path / 'sw.py'}:format_reward",
+                             "--template", r1_template, "--rewrite-out", tmp_path / "fix", "--json")
+    report = json.loads(stdout)
+    assert code == 3 and set(_problems(report)) == {"prefilled"}
+    assert 't.startswith("<think>")' in (tmp_path / "fix" / "sw.py").read_text()  # no regex syntax in a literal
+    assert "line 3: a plain-text test of a pre-filled tag" in json.loads(
+        (tmp_path / "fix" / "rewrite.json").read_text())["files"][str(tmp_path / "fix" / "sw.py")]
+    code, _, _ = invoke("rl", "check", "--model", model, "--reward", f"{tmp_path / 'fix' / 'sw.py'}:format_reward",
+                        "--template", r1_template, "--json")
+    assert code == 3  # still pre-filled: it needs the hand edit the rewrite named
+    (tmp_path / "cuts.py").write_text(ONLY_CUTS)
+    code, stdout, _ = invoke("rl", "check", "--model", model, "--reward", f"{tmp_path / 'cuts.py'}:compute_score",
+                             "--template", r1_template, "--rewrite-out", tmp_path / "healthy", "--json")
+    report = json.loads(stdout)
+    assert code == 0 and report["tags"] == [] and report["patterns"] == [], report
+    assert any("--rewrite-out" in note and "nothing written" in note for note in report["notes"])
+    assert not (tmp_path / "healthy").exists()
+
+
+SIGNATURES = {
+    "trl.py": "def format_reward(completions, **kwargs):\n    return [1.0 for _ in completions]\n",
+    "verl.py": "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n",
+    "three.py": "def compute_score(x, y, z):\n    return 1.0\n",
+    "none.py": "compute_score = None\n",
+}
+
+
 @pytest.mark.parametrize(("argv", "message"), [
+    (["--engine", "verl", "--reward", "trl.py:format_reward"],
+     "--reward trl.py:format_reward: format_reward(completions, **kwargs) is trl's reward signature, not verl's"),
+    (["--engine", "openrlhf", "--reward", "verl.py:compute_score"], "is verl's reward signature, not openrlhf's"),
+    (["--engine", "verl", "--reward", "three.py:compute_score"],
+     "verl calls compute_score(solution_str, ground_truth): compute_score(x, y, z) also requires z"),
+    (["--engine", "easyr1", "--reward", "three.py:compute_score"], "also requires y, z"),
+    (["--engine", "trl", "--reward", "three.py:compute_score"], "needs **kwargs"),
+    (["--engine", "verl", "--reward", "none.py:compute_score"], "'compute_score' is None, not a function"),
+    (["--engine", "verl", "--reward", ".:compute_score"], "--reward .: is a directory"),
+    (["--format-regex", ""], "matches the empty string"),
+
     (["--engine", "verl", "--config", "missing.yaml"], "--config missing.yaml: not found"),
     (["--format-regex", "(<think>"], "does not compile"),
     (["--reward", "nope.py:f"], "--reward nope.py: not found"),
 ])
 def test_bad_input_is_one_line(argv, message, tiny_checkpoint, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
+    for name, text in SIGNATURES.items():
+        (tmp_path / name).write_text(text)
     code, _, stderr = invoke("rl", "check", "--model", tiny_checkpoint("qwen3_vl"), *argv)
     assert code == 2 and message in stderr and len(stderr.strip().splitlines()) == 1

@@ -98,29 +98,30 @@ def read_tokenizer_once(path: Path) -> Any:
     return _TOKENIZERS[key]
 
 
-def required_tags(spec: RunSpec, patterns: list[str], added: list[str]) -> list[str]:
-    """Tags every match of the reward's regexes contains, in order."""
+def required_tags(spec: RunSpec, patterns: list[tuple[str, bool]], added: list[str]) -> list[str]:
+    """Tags every match of the reward's patterns (``(text, is_regex)``) contains, in order."""
     from vlforge.rl.rewards import pattern_literals
     from vlforge.vocab.templates import find_tags
 
     out: list[str] = []
-    for pattern in patterns:
-        for run in pattern_literals(pattern):
+    for pattern, is_regex in patterns:
+        for run in pattern_literals(pattern, regex=is_regex):
             for _s, _e, tag in find_tags(run, added):
                 if tag not in out:
                     out.append(tag)
     return out
 
 
-def reward_patterns(spec: RunSpec) -> tuple[str, list[str]]:
-    """What the reward is (for the report) and the regexes its tags come from."""
+def reward_patterns(spec: RunSpec) -> tuple[str, list[tuple[str, bool]]]:
+    """What the reward is (for the report) and the patterns its tags come from, ``(text, is_regex)``: the reward
+    file's regexes and plain-text tests, not the strings it only cuts text with (``split("</think>")``)."""
     if spec.format_regex is not None:
-        return f"--format-regex {spec.format_regex}", [spec.format_regex]
+        return f"--format-regex {spec.format_regex}", [(spec.format_regex, True)]
     from vlforge.rl.rewards import inspect_reward
 
     assert spec.reward_file is not None and spec.reward_function is not None
     info = inspect_reward(spec.reward_file, spec.reward_function)
-    return f"{spec.reward_file}:{spec.reward_function}", info.patterns
+    return f"{spec.reward_file}:{spec.reward_function}", info.needed
 
 
 def _tags_text(tags: list[str]) -> str:
@@ -217,7 +218,8 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
     verdict: Verdict = ("dead" if any(p.severity == "error" for p in problems)
                         else "weak" if any(p.severity == "warning" for p in problems) else "ok")
     report = CheckReport(
-        engine=spec.engine, model=str(spec.model), tokenizer=str(tok_dir), reward=reward, patterns=patterns,
+        engine=spec.engine, model=str(spec.model), tokenizer=str(tok_dir), reward=reward,
+        patterns=[text for text, _regex in patterns],
         skip_special_tokens=spec.skip_special_tokens, template=template_source, prefill=probe.prefill,
         sources=spec.sources, tags=reports, problems=problems, audit=audit.model_dump(mode="json"),
         verdict=verdict, exit_code=int(VERDICT_EXIT[verdict]), notes=notes)
@@ -228,4 +230,8 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
             rewrite_out, spec, tok_dir=Path(tok_dir), template_text=template_text,
             mapping={k: v for k, v in mapping.items() if k in untrained + template_untrained},
             optional=optional if record.reward_sees == "completion" else [], non_special=stripped)
+        if not report.rewrites:
+            report.notes.append(f"--rewrite-out {rewrite_out}: nothing written: " + (
+                "no problem a rewrite of the files fixes (see each problem's fix)" if problems
+                else "no untrained, pre-filled or stripped tag"))
     return report

@@ -41,10 +41,22 @@ class RewardInfo:
     var_keyword: bool
     patterns: list[str]
     """String constants of the file (docstrings excluded) that hold a tag, in source order."""
+    uses: list[str] = field(default_factory=list)
+    """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``literal`` or ``processing``."""
     reward_type: str | None = None
     """EasyR1's module-level ``REWARD_TYPE`` (``batch`` / ``sequential``), when the file sets one."""
+    positional: int = 0
+    """Parameters a positional argument can fill."""
+    required: list[str] = field(default_factory=list)
+    """Parameters without a default."""
+    var_positional: bool = True
     spans: list[tuple[int, int, int, int]] = field(default_factory=list)
     """(line, column, end line, end column) of each pattern in the source, for rewrites."""
+
+    @property
+    def needed(self) -> list[tuple[str, bool]]:
+        """``(text, is_regex)`` of the patterns a completion must match: not those the file only cuts text with."""
+        return [(text, use == "regex") for text, use in zip(self.patterns, self.uses, strict=True) if use != "processing"]
 
     @property
     def signature(self) -> str | None:
@@ -72,8 +84,58 @@ def _docstring_nodes(tree: ast.AST) -> set[int]:
     return out
 
 
+_REGEX_TESTS = frozenset({"search", "match", "fullmatch", "findall", "finditer", "compile"})
+_REGEX_EDITS = frozenset({"sub", "subn", "split"})
+_TEXT_TESTS = frozenset({"startswith", "endswith", "__contains__"})
+_TEXT_EDITS = frozenset({"split", "rsplit", "partition", "rpartition", "replace", "strip", "lstrip", "rstrip",
+                         "removeprefix", "removesuffix", "find", "rfind", "index", "rindex", "count"})
+_RANK = {"regex": 3, "literal": 2, "processing": 1}
+
+
+def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
+    """How the expression ``node`` is used where it stands, or None when that does not say."""
+    parent = parents.get(id(node))
+    while isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp)):  # f"...{x}..." / "a" + x
+        node, parent = parent, parents.get(id(parent))
+    if isinstance(parent, ast.Compare):
+        if not any(isinstance(op, (ast.In, ast.NotIn, ast.Eq, ast.NotEq)) for op in parent.ops):
+            return None
+        guard = parents.get(id(parent))  # `if "</think>" in s: s = s.split("</think>")[-1]` only guards a cut
+        if isinstance(guard, ast.If) and guard.test is parent and isinstance(node, ast.Constant) and any(
+                isinstance(n, ast.Constant) and n.value == node.value and _use_at(n, parents) == "processing"
+                for statement in guard.body for n in ast.walk(statement)):
+            return "processing"
+        return "literal"
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and node in parent.args:
+        name, owner = parent.func.attr, parent.func.value
+        if isinstance(owner, ast.Name) and owner.id in ("re", "regex"):
+            return "regex" if name in _REGEX_TESTS else "processing" if name in _REGEX_EDITS else None
+        return "literal" if name in _TEXT_TESTS else "processing" if name in _TEXT_EDITS else None
+    return None
+
+
+def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST]) -> str:
+    """``regex`` (a regular expression a match is tested with), ``literal`` (a plain-text test: ``in``, ``==``,
+    ``startswith``) or ``processing`` (text cut or replaced: ``split("</think>")``, ``re.sub``). A constant bound to
+    a name takes its strongest use among that name's uses; a use the file does not show counts as ``regex``."""
+    use = _use_at(node, parents)
+    if use is not None:
+        return use
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
+        name = parent.targets[0].id
+        uses = [_use_at(n, parents) for n in ast.walk(tree)
+                if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+        known = [u for u in uses if u is not None]
+        if known and len(known) == len(uses):
+            return max(known, key=_RANK.__getitem__)
+    return "regex"
+
+
 def inspect_reward(file: Path, function: str) -> RewardInfo:
     """Parse ``file`` and describe ``function``; a missing file, a syntax error or a missing function is one line."""
+    if file.is_dir():
+        raise ConfigError(f"--reward {file}: is a directory, not a Python file")
     if not file.is_file():
         raise ConfigError(f"--reward {file}: not found")
     try:
@@ -92,30 +154,85 @@ def inspect_reward(file: Path, function: str) -> RewardInfo:
         raise ConfigError(f"--reward {file}: no function {function!r}{did_you_mean(function, names)} "
                           f"(functions: {', '.join(names) or 'none'})")
     params: list[str] = []
-    var_keyword = True
+    var_keyword = var_positional = True
+    positional, required = 0, []
     if found:
         args = found[0].args
         params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
-        var_keyword = args.kwarg is not None
+        var_keyword, var_positional = args.kwarg is not None, args.vararg is not None
+        ordered = [*args.posonlyargs, *args.args]
+        positional = len(ordered)
+        required = [a.arg for a in ordered[: len(ordered) - len(args.defaults)]]
+        required += [a.arg for a, default in zip(args.kwonlyargs, args.kw_defaults, strict=True) if default is None]
+    elif isinstance(assigned[-1].value, ast.Constant):
+        raise ConfigError(f"--reward {file}: {function!r} is {assigned[-1].value.value!r}, not a function")
     docstrings = _docstring_nodes(tree)
-    patterns, spans = [], []
+    parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    patterns, spans, uses = [], [], []
     for node in ast.walk(tree):
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
                 and TAG_RE.search(node.value)):
             patterns.append(node.value)
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
+            uses.append(pattern_use(node, tree, parents))
     order = sorted(range(len(patterns)), key=lambda i: spans[i])
     reward_type = None
     for node in tree.body:
         if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "REWARD_TYPE" for t in node.targets)
                 and isinstance(node.value, ast.Constant)):
             reward_type = str(node.value.value)
-    return RewardInfo(file=file, function=function, params=params, var_keyword=var_keyword,
-                      patterns=[patterns[i] for i in order], reward_type=reward_type, spans=[spans[i] for i in order])
+    return RewardInfo(file=file, function=function, params=params, var_keyword=var_keyword, positional=positional,
+                      required=required, var_positional=var_positional,
+                      patterns=[patterns[i] for i in order], uses=[uses[i] for i in order], reward_type=reward_type,
+                      spans=[spans[i] for i in order])
 
 
-def pattern_literals(pattern: str) -> list[str]:
-    """The literal runs every match of ``pattern`` holds, or the string itself when it is not a regex."""
+VERL_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
+"""The keywords verl calls a ``custom_reward_function`` with (its ``reward_kwargs`` besides)."""
+
+
+def call_problem(info: RewardInfo, engine: str, *, keywords: set[str], verl_positional: bool = False) -> str | None:
+    """Why ``engine`` cannot call the function the way it calls reward functions, or None. ``keywords``: the extra
+    keyword arguments the run passes (``reward_kwargs``); ``verl_positional``: verl calls it as its built-in scorers
+    are called, ``f(solution_str, ground_truth)`` (a ``--reward`` file of verl's own ``reward_score`` package)."""
+    shown = f"{info.function}({', '.join(info.params)}{', **' if info.var_keyword else ''}"
+    shown += "kwargs)" if info.var_keyword else ")"
+    if info.signature is not None and info.signature != engine:
+        return f"{shown} is {info.signature}'s reward signature, not {engine}'s: pass --engine {info.signature}"
+    unfilled = [name for name in info.required if name not in keywords]
+
+    def positional(count: int, call: str) -> str | None:
+        if not info.var_positional and info.positional < count:
+            return f"{engine} calls {call}: {shown} takes fewer positional arguments"
+        extra = unfilled[count:]
+        return f"{engine} calls {call}: {shown} also requires {', '.join(extra)}" if extra else None
+
+    if engine == "trl":
+        if not info.var_keyword:
+            return (f"TRL calls reward functions with keywords (prompts=, completions=, completion_ids=, "
+                    f"trainer_state=, ... and the dataset's columns): {shown} needs **kwargs")
+        return None
+    if engine == "verl":
+        if verl_positional and not (info.var_keyword or "solution_str" in info.params):
+            return positional(2, f"{info.function}(solution_str, ground_truth)")
+        taken = set(info.params) | keywords
+        missing = [k for k in VERL_KEYWORDS if k not in taken] if not info.var_keyword else []
+        extra = [k for k in unfilled if k not in VERL_KEYWORDS]
+        if missing or extra:
+            return (f"verl calls {info.function}(data_source=, solution_str=, ground_truth=, extra_info=): {shown} "
+                    + (f"cannot take {', '.join(missing)}" if missing else f"also requires {', '.join(extra)}"))
+        return None
+    if engine == "easyr1":
+        return positional(1, f"{info.function}(reward_inputs)")
+    if engine == "openrlhf":
+        return positional(3, f"{info.function}(queries, prompts, labels)")
+    return None
+
+
+def pattern_literals(pattern: str, *, regex: bool = True) -> list[str]:
+    """The literal runs every match of ``pattern`` holds, or the string itself when it is not (used as) a regex."""
+    if not regex:
+        return [pattern]
     try:
         return regex_literals(pattern, required_only=True)
     except TemplateError:

@@ -4,7 +4,8 @@
   ``<thinking>``), in the reward file's regexes (or the ``--format-regex``), the chat template and the format
   prompt, together (the prompt must ask for the tags the reward checks);
 - a tag the template pre-fills -> optional at its first place in the reward's regexes (``^<think>`` ->
-  ``^(?:<think>)?``), so the completion after the pre-fill can match;
+  ``^(?:<think>)?``), so the completion after the pre-fill can match; a plain-text test of it
+  (``c.startswith("<think>")``) is listed for an edit by hand;
 - a special tag the engine's decode strips -> a copy of the tokenizer files with that added token non-special.
 
 Only the string constants that hold the patterns are edited in the reward file (found with :mod:`ast`); the
@@ -50,16 +51,22 @@ def _offset(lines: list[str], line: int, column: int) -> int:
     return before + len(lines[line - 1].encode()[:column].decode(errors="ignore"))
 
 
-def rewrite_reward_file(source: str, spans: list[tuple[int, int, int, int]], mapping: dict[str, str],
-                        optional: list[str]) -> str:
-    """The reward file with only its pattern constants (``spans`` from :func:`~vlforge.rl.rewards.inspect_reward`)
-    rewritten."""
+def rewrite_reward_file(source: str, spans: list[tuple[int, int, int, int]], uses: list[str],
+                        mapping: dict[str, str], optional: list[str]) -> tuple[str, list[int]]:
+    """The reward file with only its pattern constants (``spans`` and ``uses`` from
+    :func:`~vlforge.rl.rewards.inspect_reward`) rewritten: renamed tags everywhere, a pre-filled tag made optional
+    in regexes only (regex syntax in a plain-text test would never match). Also returns the lines of plain-text
+    tests that hold a pre-filled tag: no rewrite of a string makes them pass, they need an edit by hand."""
     lines = source.splitlines(keepends=True)
     out = source
-    for line, col, end_line, end_col in sorted(spans, reverse=True):
+    manual: list[int] = []
+    for (line, col, end_line, end_col), use in sorted(zip(spans, uses, strict=True), reverse=True):
         start, end = _offset(lines, line, col), _offset(lines, end_line, end_col)
-        out = out[:start] + _edit_pattern(out[start:end], mapping, optional) + out[end:]
-    return out
+        text = out[start:end]
+        if use == "literal" and any(tag in text for tag in optional):
+            manual.append(line)
+        out = out[:start] + _edit_pattern(text, mapping, optional if use == "regex" else []) + out[end:]
+    return out, sorted(manual)
 
 
 def non_special_tokenizer(src: Path, dst: Path, tags: list[str]) -> None:
@@ -100,12 +107,13 @@ def non_special_tokenizer(src: Path, dst: Path, tags: list[str]) -> None:
 
 def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: str | None, mapping: dict[str, str],
                    optional: list[str], non_special: list[str]) -> dict[str, str]:
-    """Write the rewritten files into ``out``; return ``{file: what changed}`` (also ``out/rewrite.json``)."""
+    """Write the rewritten files into ``out``; return ``{file: what changed}`` (also ``out/rewrite.json``); nothing
+    is written when nothing needs a rewrite."""
     from vlforge.rl.rewards import inspect_reward
 
     written: dict[str, str] = {}
-    if not (mapping or optional or non_special):
-        raise ConfigError("--rewrite-out: nothing to rewrite (no untrained, pre-filled or stripped tag)")
+    if not (mapping or optional or non_special):  # a healthy run, or one no file rewrite fixes: the report says
+        return written
     check_output_dir(out, flag="--rewrite-out", mode="replace")
     out.mkdir(parents=True, exist_ok=True)
     change = "; ".join(filter(None, [
@@ -120,9 +128,11 @@ def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: st
             assert spec.reward_file is not None and spec.reward_function is not None
             info = inspect_reward(spec.reward_file, spec.reward_function)
             path = out / spec.reward_file.name
-            atomic_write_text(path, rewrite_reward_file(spec.reward_file.read_text(), info.spans, mapping, optional),
-                              writer="rl check")
-            written[str(path)] = change
+            text, manual = rewrite_reward_file(spec.reward_file.read_text(), info.spans, info.uses, mapping, optional)
+            atomic_write_text(path, text, writer="rl check")
+            written[str(path)] = change + "".join(
+                f"; line {line}: a plain-text test of a pre-filled tag (startswith, in, ==): edit it by hand, no "
+                "string makes it pass" for line in manual)
     if mapping and template_text is not None and any(k in template_text for k in mapping):
         path = out / "chat_template.jinja"
         atomic_write_text(path, rewrite(template_text, mapping), writer="rl check")

@@ -156,6 +156,9 @@ def resolve(request: RunRequest) -> RunSpec:
             re.compile(found["format_regex"])
         except re.error as error:
             raise ConfigError(f"--format-regex {found['format_regex']!r}: does not compile ({error})") from None
+        if re.search(found["format_regex"], "") is not None:
+            raise ConfigError(f"--format-regex {found['format_regex']!r}: matches the empty string, so every "
+                              "completion: the reward could never tell two completions apart")
     if "skip_special_tokens" not in found:
         found["skip_special_tokens"] = record.skip_special_tokens
         sources["skip_special_tokens"] = f"{name} decodes with skip_special_tokens={record.skip_special_tokens}"
@@ -174,14 +177,14 @@ def resolve(request: RunRequest) -> RunSpec:
         from vlforge.rl.prompts import PROMPT_KEYS, check_prompts_file
 
         check_prompts_file(Path(found["prompts"]), found.get("prompt_key") or PROMPT_KEYS[name])
-    if (info is not None and name == "verl" and sources.get("reward_file", "flag") != "flag"
-            and not (info.var_keyword or "solution_str" in info.params)):
-        raise ConfigError(f"{sources['reward_file']}: verl calls a custom_reward_function as {info.function}("
-                          f"data_source=, solution_str=, ground_truth=, extra_info=); {info.function}"
-                          f"({', '.join(info.params)}) cannot take them")
-    if info is not None and name == "trl" and info.signature not in (None, "trl"):
-        raise ConfigError(f"--reward {info.file}:{info.function}: its parameters ({', '.join(info.params)}) are "
-                          f"{info.signature}'s signature, not trl's; pass --engine {info.signature}")
+    if info is not None:
+        from vlforge.rl.rewards import call_problem
+
+        from_flag = sources.get("reward_file", "flag") == "flag"
+        problem = call_problem(info, name, keywords=set(found.get("reward_kwargs", {})), verl_positional=from_flag)
+        if problem is not None:
+            where = f"--reward {info.file}:{info.function}" if from_flag else sources["reward_file"]
+            raise ConfigError(f"{where}: {problem}")
     from vlforge.models.refs import check_model_ref
 
     check_model_ref(found["model"])
