@@ -237,3 +237,21 @@ def test_bad_input_is_one_line(argv, message, tiny_checkpoint, tmp_path, monkeyp
         (tmp_path / name).write_text(text)
     code, _, stderr = invoke("rl", "check", "--model", tiny_checkpoint("qwen3_vl"), *argv)
     assert code == 2 and message in stderr and len(stderr.strip().splitlines()) == 1
+
+
+def test_a_bad_value_from_the_engines_config_names_its_key(tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.py").write_text(SIGNATURES["verl.py"])
+    config = {"actor_rollout_ref": {"model": {"path": str(tmp_path / "nomodel")}},
+              "custom_reward_function": {"path": "gone.py", "name": "compute_score"}}
+    expected = []
+    for change, message in ((None, "v.yaml:custom_reward_function.path: gone.py: not found"),
+                            (("custom_reward_function", "path", "r.py"),
+                             f"v.yaml:actor_rollout_ref.model.path: {tmp_path / 'nomodel'} does not exist"),
+                            (("data", "train_files", "gone.parquet"), "v.yaml:data.train_files: gone.parquet: not found")):
+        if change is not None:
+            config.setdefault(change[0], {})[change[1]] = change[2]
+        (tmp_path / "v.yaml").write_text(yaml.safe_dump(config))
+        code, _, stderr = invoke("rl", "check", "--engine", "verl", "--config", "v.yaml")
+        expected.append((code, message in stderr, stderr))
+    assert [(code, hit) for code, hit, _ in expected] == [(2, True)] * 3, expected

@@ -9,13 +9,15 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
-from vlforge.errors import ConfigError
+from vlforge.errors import ConfigError, VlforgeError
 from vlforge.rl.engines import ENGINES, engine
 from vlforge.strict import StrictModel
 
@@ -67,6 +69,18 @@ class RunSpec(StrictModel):
     temperature: float = 1.0
     sources: dict[str, str] = Field(default_factory=dict)
     """Where each value came from: a flag, ``FILE:key`` of the config, or the engine's default."""
+
+
+@contextlib.contextmanager
+def _named_by(sources: dict[str, str], key: str, flag: str = "") -> Iterator[None]:
+    """An error about a value the engine's config gave names that config key (instead of the ``flag``)."""
+    try:
+        yield
+    except VlforgeError as error:
+        origin = sources.get(key, "flag")
+        if origin == "flag" or ":" not in origin:
+            raise
+        raise type(error)(f"{origin}: {str(error).removeprefix(flag + ' ') if flag else error}") from None
 
 
 def _reward_ref(text: str, default_function: str | None) -> tuple[Path, str]:
@@ -130,7 +144,8 @@ def resolve(request: RunRequest) -> RunSpec:
         found.pop("reward_file"), found.pop("reward_function", None)  # --format-regex replaces the config's reward
     info = None
     if found.get("reward_file") is not None:
-        info = inspect_reward(Path(found["reward_file"]), found["reward_function"])
+        with _named_by(sources, "reward_file", "--reward"):
+            info = inspect_reward(Path(found["reward_file"]), found["reward_function"])
         if name is None:
             name = info.signature
             if name is None:
@@ -176,7 +191,8 @@ def resolve(request: RunRequest) -> RunSpec:
     if found.get("prompts") is not None:
         from vlforge.rl.prompts import PROMPT_KEYS, check_prompts_file
 
-        check_prompts_file(Path(found["prompts"]), found.get("prompt_key") or PROMPT_KEYS[name])
+        with _named_by(sources, "prompts", "--prompts"):
+            check_prompts_file(Path(found["prompts"]), found.get("prompt_key") or PROMPT_KEYS[name])
     if info is not None:
         from vlforge.rl.rewards import call_problem
 
@@ -187,7 +203,8 @@ def resolve(request: RunRequest) -> RunSpec:
             raise ConfigError(f"{where}: {problem}")
     from vlforge.models.refs import check_model_ref
 
-    check_model_ref(found["model"])
+    with _named_by(sources, "model"):
+        check_model_ref(found["model"])
     found.setdefault("samples", None)
     spec = RunSpec(engine=name, sources=sources, reward_paths=request.reward_paths,
                    **{k: v for k, v in found.items() if k in RunSpec.model_fields and v is not None})
