@@ -151,6 +151,9 @@ def test_layout_is_decided_per_file_from_its_first_chat_record(tmp_path):
     with pytest.raises(SampleError, match=r"d.jsonl:line 4: schema: record needs a non-empty 'conversations' list of "
                                           r"\{from, value\} turns \(sharegpt: .* \(detected from line 3\)\)"):
         parse_conversation(chat("q", "a"), "d.jsonl", "line 4", fmt)
+    write_jsonl(tmp_path / "m.jsonl", [chat("q", "a")])
+    assert file_format(_entry(tmp_path, "m.jsonl", layout="messages")).describe() == \
+        "messages: messages of {role, content} (layout named in the dataset entry, turns key from line 1)"
     named = file_format(_entry(tmp_path, "d.jsonl", layout="messages", columns={"messages": "messages"}))
     assert (named.layout, named.origin) == ("messages", "named in the dataset entry")
     write_jsonl(tmp_path / "none.jsonl", [{"text": f"plain {i}"} for i in range(DETECT_RECORDS + 5)])
@@ -246,6 +249,9 @@ def test_tags_in_text_are_text_in_messages_without_a_media_list():
     assert _texts(with_list)[0] == ["[image]", "Colour?"]
     with pytest.raises(SampleError, match="placeholder_mismatch: 2 <image> placeholder"):  # a list given, counts
         parse_conversation({**chat("<image><image>?"), "images": ["red.png"]}, "d.jsonl", "line 4")
+    with pytest.raises(SampleError, match=r"1 image\(s\) in 'images' and 1 image part\(s\) that name their own file"):
+        parse_conversation({**chat([{"type": "image", "image": "red.png"}, {"type": "text", "text": "c?"}]),
+                            "images": ["red.png"]}, "d.jsonl", "line 5")  # the picture twice, or which?
     with pytest.raises(SampleError, match="placeholder_mismatch"):  # LLaVA's layout: <image> is always a placeholder
         parse_conversation({"conversations": [{"from": "human", "value": "<image>?"}, {"from": "gpt", "value": "x"}]},
                            "l.json", "item 1")

@@ -148,7 +148,14 @@ class RecordCheck:
         return sum(self.skipped.values())
 
     def line(self) -> str:
-        """``PATH: LAYOUT; READ of N records read, F fail``."""
+        """``PATH: LAYOUT; READ of N records read, F fail`` (``PATH: unreadable: WHY`` when no record was read).
+
+        Example:
+            >>> RecordCheck("d.json", None, "unreadable: invalid JSON file", 0, 0).line()
+            'd.json: unreadable: invalid JSON file'
+        """
+        if self.layout is None:
+            return f"{self.path}: {self.describe}"
         fails = f", {self.failed} fail ({', '.join(f'{k}={v}' for k, v in sorted(self.skipped.items()))})" \
             if self.failed else ", none fails"
         return f"{self.path}: {self.describe}; {self.read} of {self.records} records read{fails}"

@@ -122,7 +122,9 @@ def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, loc
             found = ", ".join(sorted(map(str, turns[0]))) or "none"
             fail(f"turn 0 of {key!r} has neither a 'role' (messages layout) nor a 'from' key (sharegpt layout); "
                  f"its keys: {found} (name them with tags.role_tag and tags.content_tag)")
-    return _format(entry, name, key, f"detected from {location}")
+    origin = (f"layout named in the dataset entry, turns key from {location}" if layout != "auto" or tags.role_tag is not None
+              else f"detected from {location}")
+    return _format(entry, name, key, origin)
 
 
 def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> RecordFormat:

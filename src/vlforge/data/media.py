@@ -30,7 +30,7 @@ from PIL import Image, UnidentifiedImageError
 
 from vlforge.data.errors import SampleError
 
-
+_OBJECT_REPR = re.compile(r"<_io\.\w+ object at 0x[0-9a-f]+>")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
@@ -97,4 +97,5 @@ def load_image(media: Media, *, source: str, location: str) -> Image.Image:
             img.load()
             return img.convert("RGB")
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise SampleError("corrupt_image", source, location, f"cannot decode image {media.label}: {exc}") from exc
+        why = _OBJECT_REPR.sub("the data", str(exc))  # Pillow names an in-memory file by its object repr
+        raise SampleError("corrupt_image", source, location, f"cannot decode image {media.label}: {why}") from exc

@@ -157,6 +157,10 @@ def _fill(messages: list[Message], pools: dict[str, tuple[str, list[Any]]], fail
         if not slots and items:
             if not any(m.role == "user" for m in messages):
                 fail(f"{len(items)} {kind}(s) in {key!r} but no user turn to put them in", "placeholder_mismatch")
+            named = sum(isinstance(p, MediaPart) and p.kind == kind for m in messages for p in m.parts)
+            if named:  # the same picture twice, or two sets of media: which the record means is not written
+                fail(f"{len(items)} {kind}(s) in {key!r} and {named} {kind} part(s) that name their own file, but "
+                     f"no placeholder for those in {key!r}", "placeholder_mismatch")
             front += [MediaPart(kind, _url(item)) for item in items]
             continue
         in_text = sum(bool(slot.options.pop(_IN_TEXT, False)) for slot in slots)
