@@ -76,8 +76,11 @@ def test_recorded_file_is_owned_until_someone_else_changes_it(tmp_path: Path) ->
     check_output_file(path, flag="--plot")  # ours: may be replaced
     os.utime(path, ns=(1, 1))  # a user rewrote it (different mtime)
     assert not owned(path)
-    with pytest.raises(OutputError, match=r"--plot .*not written by vlforge"):
+    with pytest.raises(OutputError, match=r"--plot .*: exists and was changed since vlforge wrote it; refusing"):
         check_output_file(path, flag="--plot")
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(OutputError, match=r"--plot .*notes.txt: exists and was not written by vlforge; refusing"):
+        check_output_file(tmp_path / "notes.txt", flag="--plot")
 
 
 def test_growing_file_keeps_ownership_when_appended(tmp_path: Path) -> None:
@@ -115,6 +118,13 @@ def test_partial_staging_of_a_killed_run_is_cleared_but_a_users_is_not(tmp_path:
     with pytest.raises(OutputError, match="not made by vlforge"):
         make_staging(tmp_path / "final", writer="train")
     assert (tmp_path / ".tmp-final" / "mine").read_text() == "keep"
+    (tmp_path / ".tmp-checkpoint-10").mkdir()  # killed between making the directory and writing its ledger
+    assert [p.name for p in make_staging(tmp_path / "checkpoint-10", writer="train").iterdir()] == [LEDGER]
+    from vlforge.train.checkpoint import clear_unfinished
+
+    (tmp_path / ".tmp-checkpoint-11").mkdir()
+    clear_unfinished(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-final"]
 
 
 def test_unique_staging_clears_only_dead_processes(tmp_path: Path) -> None:

@@ -33,11 +33,13 @@ class ExitCode(IntEnum):
     ENVIRONMENT = 5
     """Training stopped part-way because its environment failed: a write failed (a full disk) or another process of
     the run died or stalled; the newest complete checkpoint is intact and the same command continues from it."""
+    INTERRUPTED = 130
+    """Interrupted from the keyboard (Ctrl-C, SIGINT), as shells count it; training says where it stopped."""
 
 
 EXIT_CODES_HELP = ("Exit codes: 0 ok; 1 done with warnings; 2 bad input (one error line, nothing run); "
                    "3 the verdict is a failure; train only: 4 stopped by a signal after a checkpoint, 5 a write failed "
-                   "or a process of the run was lost (the same command resumes).")
+                   "or a process of the run was lost (the same command resumes); 130 interrupted (Ctrl-C).")
 
 
 def close_matches(name: str, candidates: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:

@@ -221,6 +221,20 @@ def _forget(path: Path) -> None:
         _write_ledger(path.parent, ledger)
 
 
+def _file_entry(path: Path) -> dict[str, Any] | None:
+    """The ledger entry that records the file ``path``, or None."""
+    for ancestor in path.parents:
+        ledger = read_ledger(ancestor)
+        if ledger is None:
+            continue
+        entry = ledger["entries"].get(path.relative_to(ancestor).as_posix())
+        if entry is not None and entry.get("kind") == "file":
+            return entry
+        if ancestor == path.parent or not ledger.get("sealed"):
+            return None
+    return None
+
+
 def owned(path: str | os.PathLike[str]) -> bool:
     """True when vlforge wrote ``path``: a sealed directory, or a file recorded unchanged in a ledger above it."""
     path = Path(path)
@@ -229,16 +243,8 @@ def owned(path: str | os.PathLike[str]) -> bool:
         return ledger is not None
     if not path.is_file():
         return False
-    for ancestor in path.parents:
-        ledger = read_ledger(ancestor)
-        if ledger is None:
-            continue
-        entry = ledger["entries"].get(path.relative_to(ancestor).as_posix())
-        if entry is not None and entry.get("kind") == "file":
-            return all(entry.get(k) in (None, v) for k, v in _stat(path).items())
-        if ancestor == path.parent or not ledger.get("sealed"):
-            return False
-    return False
+    entry = _file_entry(path)
+    return entry is not None and all(entry.get(k) in (None, v) for k, v in _stat(path).items())
 
 
 def foreign_files(directory: Path) -> list[Path]:
@@ -330,8 +336,12 @@ def make_staging(target: str | os.PathLike[str], *, writer: str, unique: bool = 
 
 
 def _is_partial(path: Path) -> bool:
-    ledger = read_ledger(path) if path.is_dir() and not path.is_symlink() else None
-    return bool(ledger and ledger.get("partial"))
+    """A staging directory left unfinished: its ledger says partial, or it is empty (a run killed between making
+    it and writing its ledger; removing an empty directory loses nothing)."""
+    if not path.is_dir() or path.is_symlink():
+        return False
+    ledger = read_ledger(path)
+    return bool(ledger and ledger.get("partial")) or not any(path.iterdir())
 
 
 def _host() -> str:
@@ -478,7 +488,8 @@ def check_output_file(path: str | os.PathLike[str], *, flag: str, required_bytes
     if path.is_dir():
         raise OutputError(f"{flag} {path}: is a directory; give a file path")
     if path.exists() and not owned(path):
-        raise OutputError(f"{flag} {path}: exists and was not written by vlforge; refusing to overwrite it "
-                          "(remove it or choose another path)")
+        how = ("was changed since vlforge wrote it" if path.is_file() and _file_entry(path) is not None
+               else "was not written by vlforge")
+        raise OutputError(f"{flag} {path}: exists and {how}; refusing to overwrite it (remove it or choose another path)")
     _check_writable_place(path.parent, flag, required_bytes, shown=path)
     return path

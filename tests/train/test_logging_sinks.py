@@ -258,6 +258,14 @@ def test_a_fresh_run_drops_an_old_runs_records_and_a_torn_last_line(tmp_path):
     lines = (tmp_path / METRICS_FILE).read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2, 3, 4]
 
+    closing = json.dumps({"step": 4, "samples_seen": 8, "data_report": "data_report.json"}) + "\n"
+    with open(tmp_path / METRICS_FILE, "a", encoding="utf-8") as fh:  # a run stopped by a signal at step 4
+        fh.write(closing)
+    with MetricsLogger(tmp_path, main=True, report_to=[], run_name="r", total_steps=5, progress=False,
+                       start_step=4) as log:  # resumed from step 4: its closing record goes, step 4 stays once
+        log.log({"step": 5, "loss": 0.25})
+    assert [sorted(r) for r in _records(tmp_path / METRICS_FILE)][-2:] == [["loss", "step", "time"]] * 2
+
 
 @NEEDS_TENSORBOARD
 def test_tensorboard_resume_purges_the_steps_after_the_checkpoint_only(tmp_path):

@@ -151,10 +151,15 @@ def one_process(tmp_path_factory, model_path):
     warmstart.kill(launch.pid, signal.SIGTERM)
     runs["grace"] = _finish(launch)
 
+    launch = _start(config, here)  # Ctrl-C is not a stop signal: no checkpoint of its own, one line, exit 130
+    os.kill(_stop_handlers_installed(launch, launch.pid), signal.SIGINT)  # as a terminal's Ctrl-C reaches it
+    runs["interrupt"] = _finish(launch)
+
     runs["full_checkpoint"] = _run(config, here, fsize=LIMIT)  # steps 2-5, then checkpoint-5 cannot be written
     runs["full_export"] = _run(config, here, "training.max_steps=1", fsize=LIMIT)  # nothing to train: export only
     stage = make_staging(out / "checkpoint-4", writer="train")  # as a process killed while saving leaves it
     (stage / "rank-0.pt").write_bytes(b"half")
+    (out / ".tmp-checkpoint-3").mkdir()  # killed between making its staging directory and writing the ledger
     runs["resumed"] = _run(config, here, "training.loss_spike_factor=1.01", "training.loss_spike_window=2")
     return root, out, runs
 
@@ -177,6 +182,16 @@ def test_the_grace_period_exits_at_once_without_a_checkpoint(one_process):
     assert ("ERROR   the stop grace period (training.stop_grace_period = 0.001 s) ended before the checkpoint was "
             f"written: exiting at once without saving; the newest complete checkpoint is {out / 'checkpoint-1'} (the "
             "same command continues from it)") in stderr
+
+
+def test_ctrl_c_says_where_the_run_stopped_and_exits_130(one_process):
+    _, out, runs = one_process
+    code, stderr = runs["interrupt"]
+    assert code == 130, stderr[-3000:]
+    assert len(_errors(stderr)) == 1, stderr[-3000:]
+    [line] = _errors(stderr)
+    assert re.fullmatch(rf"error: interrupted \(Ctrl-C\) (in step \d+|while starting); the newest complete checkpoint is "
+                        rf"{re.escape(str(out / 'checkpoint-1'))} \(the same command continues from it\)", line), line
 
 
 def test_a_full_disk_removes_the_unfinished_checkpoint_and_keeps_everything_else(one_process):

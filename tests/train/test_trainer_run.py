@@ -103,6 +103,11 @@ def test_cli_train_json_and_export(tmp_path, model_path):
     again = runner.invoke(app, ["export", summary["checkpoint"], str(tmp_path / "hf")])
     assert again.exit_code != 0 and "exists and is not empty" in str(again.exception)
 
+    args = ["train", str(config), "training.max_steps=null", "training.num_train_epochs=0.1", "checkpointing.resume=auto"]
+    rerun = runner.invoke(app, args)  # the same command after the run ended: it says so, it does not claim a step
+    assert rerun.exit_code == 0, rerun.output
+    assert f"nothing left to train: {summary['checkpoint']} is at the run's last step (1)" in " ".join(rerun.output.split())
+
 
 def test_export_copies_the_source_tokenizer_without_reading_it(finished, model_path, tmp_path):
     """Export needs the source's weights layout, not its tokenizer: a tokenizer.json this transformers cannot

@@ -255,12 +255,14 @@ def latest_complete(output_dir: Path) -> Path | None:
 
 
 def clear_unfinished(output_dir: Path) -> None:
-    """Remove the unfinished checkpoints (``.tmp-checkpoint-*`` with a partial vlforge ledger) a killed run left."""
+    """Remove the unfinished checkpoints (``.tmp-checkpoint-*`` with a partial vlforge ledger, or empty: killed
+    before its ledger was written) a killed run left."""
     if not output_dir.is_dir():
         return
     for stage in sorted(output_dir.glob(f"{outputs.STAGING_PREFIX}checkpoint-*")):
-        ledger = outputs.read_ledger(stage) if stage.is_dir() and not stage.is_symlink() else None
-        if ledger and ledger.get("partial") and ledger.get("writer") == "train":
+        real_dir = stage.is_dir() and not stage.is_symlink()
+        ledger = outputs.read_ledger(stage) if real_dir else None
+        if (ledger and ledger.get("partial") and ledger.get("writer") == "train") or (real_dir and not any(stage.iterdir())):
             logger.info("removing %s, a checkpoint left unfinished by an earlier run", stage)
             shutil.rmtree(stage, ignore_errors=True)
 

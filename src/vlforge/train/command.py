@@ -67,7 +67,7 @@ def summary(result: RunResult) -> dict[str, Any]:
     return {"output_dir": str(result.output_dir), "steps": result.steps, "losses": result.losses,
             "eval_losses": result.eval_losses, "checkpoint": str(result.checkpoint) if result.checkpoint else None,
             "export_dir": str(result.export_dir) if result.export_dir else None,
-            "resumed_from": str(result.resumed_from) if result.resumed_from else None,
+            "resumed_from": str(result.resumed_from) if result.resumed_from else None, "start_step": result.start_step,
             "data": {k: result.data_report.get(k) for k in ("samples_seen", "skipped_total", "skipped_share",
                                                               "skipped", "nonfinite_steps")}}
 
@@ -79,8 +79,15 @@ def render(run: TrainRun, result: RunResult, console: Any) -> None:
                + f"; {result.output_dir}/data_report.json)" if data.get("skipped_total") else "no sample skipped")
     unapplied = data.get("nonfinite_steps")
     skipped += f"; {unapplied} step(s) not applied: not finite ({result.output_dir}/data_report.json)" if unapplied else ""
-    console.print(f"trained {result.steps} steps; final model: {result.export_dir}; {skipped}", highlight=False,
-                  soft_wrap=True)
+    trained = result.steps - result.start_step
+    if result.resumed_from is None:
+        done = f"trained {result.steps} steps"
+    elif trained:
+        done = f"trained {trained} steps ({result.start_step + 1}-{result.steps}, resumed from {result.resumed_from})"
+    else:  # the same command again after the run ended: say so, not "trained N steps"
+        done = (f"nothing left to train: {result.resumed_from} is at the run's last step ({result.steps}); raise "
+                "training.max_steps or choose another output_dir to train more")
+    console.print(f"{done}; final model: {result.export_dir}; {skipped}", highlight=False, soft_wrap=True)
 
 
 JOB: Job[TrainRun, RunResult] = Job(

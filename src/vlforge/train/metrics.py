@@ -34,6 +34,8 @@ logger = logging.getLogger(__name__)
 
 TENSORBOARD_DIR = "tensorboard"
 WANDB_DIR = "wandb"
+CLOSING_KEY = "data_report"
+"""The key only the record that closes a run carries."""
 WANDB_RUN_ID_FILE = "vlforge-run-id"  # under output_dir/wandb: the run a resume rewinds and continues
 
 
@@ -83,7 +85,8 @@ class MetricsLogger:
 
     def _truncate_after(self, step: int) -> None:
         """Drop records after ``step``: a killed run may have logged steps past the checkpoint resumed from
-        (a fresh run, step 0, drops them all); a line cut short by the kill goes too."""
+        (a fresh run, step 0, drops them all); a line cut short by the kill goes too, and so does the closing
+        record of a run that stopped (this run writes its own at its end)."""
         text = self.path.read_text(encoding="utf-8")
         lines = text.splitlines()
         kept = []
@@ -92,7 +95,7 @@ class MetricsLogger:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by the kill
-            if int(record.get("step", 0)) <= step:
+            if int(record.get("step", 0)) <= step and CLOSING_KEY not in record:
                 kept.append(line)
         wanted = "".join(line + "\n" for line in kept)
         if wanted != text:  # also a last line without its newline: the next record must not join it

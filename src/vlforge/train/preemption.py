@@ -51,6 +51,24 @@ class PreemptedError(VlforgeError):
     exit_code = ExitCode.PREEMPTED
 
 
+class InterruptedRunError(VlforgeError):
+    """The run was interrupted from the keyboard (Ctrl-C) outside the configured stop signals: no checkpoint of its
+    own, the newest complete one stays."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
+def interrupted(error: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is ``error`` or behind it (torch reports a save cut by Ctrl-C as a short write)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
 class StopSignals:
     """The handlers of ``names`` while a run trains (a context manager; restores the previous ones).
 

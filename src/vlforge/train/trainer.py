@@ -63,10 +63,16 @@ from vlforge.train import checkpoint as ckpt
 from vlforge.train.data_setup import RankData, open_stream, processor_for
 from vlforge.train.guards import StepGuard
 from vlforge.train.loss import LossTerms, forward_loss, label_count, router_aux_coef, to_device
-from vlforge.train.metrics import MetricsLogger
+from vlforge.train.metrics import CLOSING_KEY, MetricsLogger
 from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler
-from vlforge.train.preemption import PreemptedError, StopSignals, worker_init
+from vlforge.train.preemption import (
+    InterruptedRunError,
+    PreemptedError,
+    StopSignals,
+    interrupted,
+    worker_init,
+)
 from vlforge.train.sp import (
     SequenceParallel,
     setup_sequence_parallel,
@@ -93,6 +99,8 @@ class RunResult:
     checkpoint: Path | None = None
     export_dir: Path | None = None
     resumed_from: Path | None = None
+    start_step: int = 0
+    """The step the run started from (that of ``resumed_from``, else 0)."""
     data_report: dict[str, Any] = field(default_factory=dict)
     """Samples seen / used / skipped (per reason, first examples) and packing stats, summed over ranks."""
     model: torch.nn.Module | None = None
@@ -517,11 +525,15 @@ class Trainer:
                 return self._train(stops, beats)
             except VlforgeError:
                 raise
+            except KeyboardInterrupt:
+                raise InterruptedRunError(f"interrupted (Ctrl-C) {in_step(beats.step)}; {self._newest()}") from None
             except (Exception, ckpt.CheckpointException) as error:
                 raise self._explained(error, beats) from error
 
     def _explained(self, error: BaseException, beats: Heartbeats) -> BaseException:
         """A failed collective whose cause is another rank, or a failed write, as one line; else ``error`` itself."""
+        if interrupted(error):  # Ctrl-C inside a save: torch reports the cut file as a short write, not the disk
+            return InterruptedRunError(f"interrupted (Ctrl-C) {in_step(beats.step)}; {self._newest()}")
         lost = beats.lost() if self.ctx.distributed else None
         if lost is not None:
             return RankLostError(f"{lost}: rank {self.ctx.rank} stops {in_step(beats.step)} (its collective "
@@ -537,7 +549,7 @@ class Trainer:
         if not self.ready:
             self.setup()
         beats.step = self.step + 1
-        result = RunResult(self.output_dir, self.step, resumed_from=self.resumed_from)
+        result = RunResult(self.output_dir, self.step, resumed_from=self.resumed_from, start_step=self.step)
         log_every = cfg.logging.logging_steps
         eval_every = cfg.training.eval_steps if cfg.training.eval_strategy == "steps" else None
         acc = torch.zeros(4, device=ctx.device)  # loss sum, label tokens, grad-norm sum, router-loss sum (since the log)
@@ -672,7 +684,7 @@ class Trainer:
                 logger.info("data: %d samples seen, none skipped; report: %s", ledger.seen, path)
         log.log({"step": self.step, **self._progress(), "samples_seen": ledger.seen, "samples_used": ledger.seen - ledger.total,
                  "skipped": ledger.total, "skipped_share": round(ledger.share, 6),
-                 "skipped_by_reason": dict(sorted(ledger.counts.items())), "data_report": DATA_REPORT,
+                 "skipped_by_reason": dict(sorted(ledger.counts.items())), CLOSING_KEY: DATA_REPORT,
                  **self.guard.report()})
         return ledger
 
