@@ -260,7 +260,9 @@ def test_validate_refuses_lora_without_peft_with_the_error_train_gives(tmp_path,
     path.write_text(LORA_YAML, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "d.yaml").write_text("- {path: d.jsonl}\n", encoding="utf-8")
-    (tmp_path / "d.jsonl").write_text("", encoding="utf-8")  # validate checks that data files exist
+    (tmp_path / "d.jsonl").write_text(  # validate checks that data files exist and hold records
+        '{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}\n',
+        encoding="utf-8")
     ok = check(path)
     assert ok.ok and not [w for w in ok.resolved.warnings if "lora" in w]  # peft is installed here
     _hide_peft(monkeypatch)
