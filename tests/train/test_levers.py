@@ -202,6 +202,17 @@ def test_regional_compile_equals_eager_on_the_cpu(tmp_path, checkpoint, caplog):
     assert got == pytest.approx(expected, rel=1e-5)  # inductor reorders float sums: equal to 1e-5, not bitwise
     print(f"compile test: {time.perf_counter() - begin:.1f} s for 2 compiled steps")
 
+    caplog.clear()  # with activation checkpointing dynamo may compile nothing: said at start-up and after step 1
+    with caplog.at_level(logging.INFO, logger="vlforge.models.blocks"):
+        both = _trainer(tmp_path, checkpoint, data, model={"compile": True, "activation_checkpointing": "selective"})
+        assert "model.compile with activation checkpointing on 4 block(s)" in caplog.text
+        watch = CompileWatch()
+        watch.begin()
+        assert float(both.train_step(batches[0])[1]) == pytest.approx(expected[0], rel=1e-5)
+        watch.end(1)
+    assert ("model.compile: step 1 compiled no graph: the blocks ran eager" in caplog.text) != (
+        "compile: step 1 compiled 1 new graph(s)" in caplog.text or "compile: step 1 compiled 2 new graph(s)" in caplog.text)
+
 
 def test_reshard_after_forward_auto_follows_the_start_up_plan(monkeypatch):
     from vlforge.dist import DistContext
@@ -230,3 +241,4 @@ def test_reshard_after_forward_auto_follows_the_start_up_plan(monkeypatch):
     facts: dict = {}
     startup_verdict(cfg, world=4, device=torch.device("cpu"), local_processes=4, facts=facts)
     assert facts["keep_gathered"] is True  # the tiny model fits this host many times over
+

@@ -156,10 +156,16 @@ def compile_blocks(model: torch.nn.Module, family_name: str, **options: Any) -> 
         raise ConfigError(f"model.compile: {type(model).__name__} has no {record.text_layer_class} or "
                           f"{record.vision_block_class} (family {family_name})")
     eager = _eager_regions(model)
+    checkpointed = 0
     for _, module in block_modules(model, family_name):
         module.compile(**options)
+        checkpointed += bool(getattr(module, "gradient_checkpointing", False))
     logger.info("compile: torch.compile on %s (compiled on first use; the time is logged)%s", _describe(counts),
                 f"; run eager between the compiled parts: {', '.join(eager)}" if eager else "")
+    if checkpointed:  # measured through vlforge train on this CPU: no graph at all, the step time of eager
+        logger.warning("model.compile with activation checkpointing on %d block(s): dynamo skips frames that run "
+                       "inside a checkpoint (its saved-tensor hooks), so these blocks may run eager; the log after the "
+                       "first step says how many graphs compiled", checkpointed)
     return counts
 
 
@@ -202,7 +208,8 @@ class CompileWatch:
     """Logs the steps during which new graphs were compiled, with their wall time (compilation included):
     the first step, a step with a new shape, the first step with images."""
 
-    def __init__(self) -> None:
+    def __init__(self, first_step: int = 1) -> None:
+        self.first_step = first_step
         self.graphs = compiled_graphs()
         self.begun = 0.0
         self.total = 0.0
@@ -212,6 +219,9 @@ class CompileWatch:
 
     def end(self, step: int) -> None:
         graphs = compiled_graphs()
+        if step == self.first_step and graphs == self.graphs:
+            logger.warning("model.compile: step %d compiled no graph: the blocks ran eager (see the warnings above; "
+                           "TORCH_LOGS=graph_breaks says why)", step)
         if graphs > self.graphs:
             seconds = time.perf_counter() - self.begun
             self.total += seconds

@@ -555,7 +555,7 @@ class Trainer:
         acc = torch.zeros(4, device=ctx.device)  # loss sum, label tokens, grad-norm sum, router-loss sum (since the log)
         tokens, steps_since, since = 0, 0, time.perf_counter()
         last_saved = None
-        watch = CompileWatch() if cfg.model.compile else None
+        watch = CompileWatch(self.step + 1) if cfg.model.compile else None
         with MetricsLogger(self.output_dir, main=ctx.is_main, report_to=cfg.logging.report_to,
                            run_name=cfg.logging.run_name or self.output_dir.name, total_steps=self.total,
                            progress=self.progress, start_step=self.step,
