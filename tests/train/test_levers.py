@@ -157,6 +157,12 @@ def test_plan_fits_qwen3_vl_8b_on_one_h200_with_bfloat16_states_only():
     report = plain.to_dict()
     assert report["recommended_checkpointing"] is None and report["checkpointing_peaks"] == {
         mode: peaks[(mode, "float32")] for mode in ("none", "selective", "full")}
+    combined = []
+    for decimal in (141 * 10**9, 100 * 10**9, 80 * 10**9):  # tighter budgets: each key once in a combination
+        combined += [s.change for s in make_plan(config(), gpus=1, gpu_memory=decimal, model_config=model_config)
+                     .suggestions if " + " in s.change]
+    keys = [[part.partition(":")[0] for part in change.split(" + ")] for change in combined]
+    assert combined and all(len(k) == len(set(k)) for k in keys), combined
 
 
 def test_plan_recommends_no_checkpointing_when_everything_fits():

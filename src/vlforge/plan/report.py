@@ -208,13 +208,17 @@ def suggest(cfg: Any, model_config: Any, budget: int, world: int, kwargs: dict[s
             found.append(Suggestion(change, peak, peak <= budget, why))
     found.sort(key=lambda s: not s.fits)  # stable: cheapest first within each group
     if current > budget and not any(s.fits for s in found):
-        combined, names = cfg, []
+        combined, names, lowest = cfg, [], current
         for change, _changed, _why in options:
             step = [c for c in candidates(combined, model_config, world) if c[0] == change]
             if not step:
                 continue
-            combined, names = step[0][1], [*names, change]
-            peak = estimate_memory(combined, model_config, **kwargs).peak_bytes
+            peak = estimate_memory(step[0][1], model_config, **kwargs).peak_bytes
+            if peak >= lowest:  # nothing on top of the changes so far (full after selective, ...): left out
+                continue
+            key = change.partition(":")[0]  # a later value of the same key replaces the earlier one
+            combined, lowest = step[0][1], peak
+            names = [*(name for name in names if name.partition(":")[0] != key), change]
             if peak <= budget:
                 found.insert(0, Suggestion(" + ".join(names), peak, True, "these changes together"))
                 break
