@@ -186,3 +186,30 @@ def test_remap_data_state_requeues_buffers_and_restarts_at_the_nearest_draw():
     assert new["done"] == [9]  # drawn by old shard 1 (9 % 2 == 1) already: skipped, not repeated
     assert sorted(r["index"] for group in new["ready"] for r in group) == [0, 1, 2, 3, 4]
     assert new["buffer"] == {"bins": [], "loads": []}
+
+
+def test_a_resumed_run_takes_its_next_step_at_its_own_schedules_rate():
+    """Resumed with another max_steps: the restored optimizer held the old schedule's next rate."""
+    from vlforge.train.optim import follow_schedule
+
+    training = TrainingConfig(learning_rate=0.1, warmup_steps=2, lr_scheduler_type="linear")
+
+    def run(total: int):
+        param = torch.nn.Parameter(torch.zeros(3))
+        optimizer = build_optimizer([param], training, torch.device("cpu"))
+        return param, optimizer, build_scheduler(optimizer, training, total=total)
+
+    param, optimizer, scheduler = run(10)
+    for _ in range(4):
+        param.grad = torch.ones(3)
+        optimizer.step()
+        scheduler.step()
+    saved = (optimizer.state_dict(), scheduler.state_dict(), optimizer.param_groups[0]["lr"])
+    for total in (10, 40):
+        _, again, schedule = run(total)
+        again.load_state_dict(saved[0])
+        schedule.load_state_dict(saved[1])
+        follow_schedule(again, schedule)
+        expected = 0.1 * lr_multiplier(4, "linear", total=total, warmup=2, decay_ratio=training.lr_decay_ratio, kwargs={})
+        assert again.param_groups[0]["lr"] == schedule.get_last_lr()[0] == expected
+        assert (again.param_groups[0]["lr"] == saved[2]) == (total == 10)  # unchanged schedule: the very same rate

@@ -40,6 +40,7 @@ from torch.distributed.checkpoint.api import CheckpointException  # a BaseExcept
 from vlforge import outputs
 from vlforge.dist import DistContext
 from vlforge.errors import ConfigError, WriteError
+from vlforge.train.optim import follow_schedule
 
 logger = logging.getLogger(__name__)
 
@@ -288,6 +289,7 @@ def load_checkpoint(path: Path, ctx: DistContext, model: torch.nn.Module, optimi
         dcp.load(holder, checkpoint_id=path / WEIGHTS_DIR, no_dist=not ctx.distributed)
     set_state_dict(model, optimizer, model_state_dict=holder["model"], optim_state_dict=holder["optim"])
     scheduler.load_state_dict(state["scheduler"])
+    follow_schedule(optimizer, scheduler)  # this run's schedule (another max_steps or warmup) from the next step
     saved_world = int(state["world_size"])
     ranks = [torch.load(path / f"rank-{r}.pt", weights_only=True) for r in range(saved_world)]
     if saved_world == ctx.world_size:

@@ -196,3 +196,15 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainingConfig, total
     kind, ratio, kw = cfg.lr_scheduler_type, cfg.lr_decay_ratio, dict(cfg.lr_scheduler_kwargs)
     return LambdaLR(optimizer, lambda step: lr_multiplier(step, kind, total=total, warmup=warm, decay_ratio=ratio,
                                                           kwargs=kw))
+
+
+def follow_schedule(optimizer: torch.optim.Optimizer, scheduler: LambdaLR) -> None:
+    """After a resume: the learning rate of the step about to run from *this* run's schedule. The optimizer's state
+    restores the rate the saving run would have used next; a run resumed with another ``max_steps`` or warmup
+    then took one step at the old schedule's rate. Bit-identical where the schedule is unchanged (the same
+    product the scheduler computes)."""
+    rates = [base * fn(scheduler.last_epoch) for base, fn in zip(scheduler.base_lrs, scheduler.lr_lambdas, strict=True)]
+    for group, rate in zip(optimizer.param_groups, rates, strict=True):
+        group["lr"] = rate
+    scheduler._last_lr = rates
+
