@@ -140,3 +140,10 @@ def test_native_and_lmms_examples_agree() -> None:
     assert (lmms.fsdp.reduce_dtype, lmms.fsdp.output_dtype) == ("bfloat16", "bfloat16")  # LMMS Engine's defaults
     unset = {"num_train_epochs"}  # max_steps is set: the epochs do not count (LMMS default 3, native 1)
     assert native.training.model_dump(exclude=unset) == lmms.training.model_dump(exclude=unset)
+
+
+def test_reshard_after_forward_takes_auto_for_null():
+    from vlforge.config.schema import FsdpConfig
+
+    assert FsdpConfig(reshard_after_forward="auto").reshard_after_forward is None
+    assert FsdpConfig(reshard_after_forward=False).reshard_after_forward is False

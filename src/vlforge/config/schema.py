@@ -306,12 +306,17 @@ class FsdpConfig(StrictModel):
     """Layer classes sharded as units, checked against the model (a name without transformers 5's ``Text`` part
     is accepted); null uses the model's own ``_no_split_modules``."""
     reshard_after_forward: bool | None = None
-    """Free gathered parameters after the forward (less memory, one more all-gather in backward). null (auto): the
+    """Free gathered parameters after the forward (less memory, one more all-gather in backward). null or auto: the
     last decoder layer never reshards (its backward comes first), the others do, unless every rank is on one node and
     the start-up memory plan (``model.memory_plan``) with every layer kept gathered fits 85% of the free memory
     (then none reshards). One process shards nothing, so there is nothing to reshard."""
     mixed_precision: Literal["fp32_master", "pure_bf16"] = "fp32_master"
     """With bf16: fp32 master weights and fp32 gradient reduction, or everything in bf16 (less memory)."""
+
+    @field_validator("reshard_after_forward", mode="before")
+    @classmethod
+    def _auto_is_null(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and value.strip().lower() == "auto" else value
     param_dtype: Literal["float32", "bfloat16", "float16"] | None = None
     """Compute dtype of the parameters (FSDP2's ``param_dtype``; in one process an autocast to it); null:
     bfloat16 with ``training.bf16``, else float32. ``float16`` runs without loss scaling, as LMMS Engine's
