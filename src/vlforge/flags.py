@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import json
 import types
 import typing
 from dataclasses import dataclass
@@ -191,3 +192,26 @@ def build(model: type[StrictModel], values: dict[str, Any]) -> Any:
         where = flag_of(model, loc[0]) if loc and loc[0] in fields else ".".join(loc) or model.__name__
         message = first["msg"].removeprefix("Value error, ")
         raise ConfigError(f"{where}: {message}") from None
+
+
+def key_values(values: list[str] | None, option: str, *, numbers: bool = False) -> dict[str, Any]:
+    """``KEY=VALUE`` items of a repeatable flag; values parsed as JSON where they are (``enable_thinking=false``).
+
+    Example:
+        >>> key_values(["enable_thinking=false", "name=x"], "--template-var")
+        {'enable_thinking': False, 'name': 'x'}
+    """
+    out: dict[str, Any] = {}
+    for item in values or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"{option} {item!r}: expected KEY=VALUE")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        if numbers and not isinstance(value, int | float):
+            raise ConfigError(f"{option} {item!r}: the value must be a number")
+        out[key.strip()] = value
+    return out
+

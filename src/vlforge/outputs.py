@@ -324,7 +324,7 @@ def make_staging(target: str | os.PathLike[str], *, writer: str, unique: bool = 
     else:
         stage = staging_path(target)
         if stage.exists() or stage.is_symlink():
-            if not _is_partial(stage):
+            if not is_partial(stage):
                 raise OutputError(f"{stage}: exists and was not made by vlforge; remove it or choose another "
                                   "output path")
             logger.info("removing %s, left unfinished by an earlier run", stage)
@@ -335,7 +335,7 @@ def make_staging(target: str | os.PathLike[str], *, writer: str, unique: bool = 
     return stage
 
 
-def _is_partial(path: Path) -> bool:
+def is_partial(path: Path) -> bool:
     """A staging directory left unfinished: its ledger says partial, or it is empty (a run killed between making
     it and writing its ledger; removing an empty directory loses nothing)."""
     if not path.is_dir() or path.is_symlink():
@@ -352,7 +352,7 @@ def _host() -> str:
 
 def _clear_dead_stagings(target: Path) -> None:
     for stage in target.parent.glob(f"{STAGING_PREFIX}{target.name}.*"):
-        ledger = read_ledger(stage) if _is_partial(stage) else None
+        ledger = read_ledger(stage) if is_partial(stage) else None
         if ledger is None or ledger.get("host") != _host() or _alive(int(ledger.get("pid", 0))):
             continue
         logger.info("removing %s, left unfinished by an earlier run", stage)

@@ -65,3 +65,16 @@ def report_console(**kwargs: Any) -> Console:
     if not console.is_terminal and "soft_wrap" not in kwargs:
         console.soft_wrap = True
     return console
+
+
+def progress_bar(label: str, total: int) -> tuple[Any, Any]:
+    """A started rich progress bar on stderr (``label``, bar, done/total, time left) and its task; stop it with
+    ``bar.stop()``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=Console(stderr=True))
+    task = bar.add_task(label, total=total)
+    bar.start()
+    return bar, task
+

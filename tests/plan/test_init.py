@@ -82,9 +82,9 @@ def test_the_config_validates_and_the_plan_says_it_fits(data: Path, monkeypatch:
     assert cfg["packing"]["packing_length"] % 512 == 0 and cfg["packing"]["filter_overlong"] is True
     assert f"vlforge plan {out.name} --gpus {gpus}" in text and "# Memory:" in text
     if model == "real:qwen3_vl_2b":  # chosen by estimates, in the plan's cost order
-        assert cfg["model"]["gradient_checkpointing"] is True and "# Chosen by the plan" in text
+        assert cfg["model"]["activation_checkpointing"] in ("selective", "full") and "# Chosen by the plan" in text
     if model == "tiny:qwen3_vl":
-        assert cfg["model"]["gradient_checkpointing"] is False and cfg["model"]["freeze_modules"] == []
+        assert cfg["model"]["activation_checkpointing"] == "none" and cfg["model"]["freeze_modules"] == []
 
 
 def test_nothing_fits_is_exit_1_with_the_closest_setting(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -96,7 +96,7 @@ def test_nothing_fits_is_exit_1_with_the_closest_setting(data: Path, monkeypatch
     peaks = [change["peak_bytes_before"] for change in report["changes"]] + [report["peak_bytes_per_rank"]]
     assert peaks == sorted(peaks, reverse=True)  # every change lowered the estimate
     assert "# NOTHING vlforge can change fits" in report["text"]
-    assert yaml.safe_load(report["text"])["model"]["gradient_checkpointing"] is True
+    assert yaml.safe_load(report["text"])["model"]["activation_checkpointing"] in ("selective", "full")
 
 
 def test_text_only_data_freezes_the_vision_tower_and_prints_on_stdout(data: Path,

@@ -296,12 +296,13 @@ def render(starter: Starter, *, model: str, data: str, hardware: str, config_nam
              _line("filter_overlong", True, "longer records are skipped and counted, never cut")]
     model_section = cfg.model
     checkpointing_why = ("chosen by the plan: recompute activations in the backward"
-                         if "model.gradient_checkpointing: true" in changes else "not needed to fit")
+                         if any(c.startswith(("model.activation_checkpointing", "model.gradient_checkpointing"))
+                                for c in changes) else "not needed to fit")
     freeze_why = ("chosen by the plan" if any(c.startswith("model.freeze_modules") for c in changes)
                   else "text only: the vision tower never runs" if model_section.freeze_modules else "train every module")
     body += ["", "model:",
              _line("load_from_pretrained_path", model_section.load_from_pretrained_path),
-             _line("gradient_checkpointing", model_section.gradient_checkpointing, checkpointing_why),
+             _line("activation_checkpointing", model_section.checkpointing(), checkpointing_why),
              _line("freeze_modules", model_section.freeze_modules, freeze_why)]
     if model_section.lora is not None:
         body.append("  lora:                           # chosen by the plan: adapters instead of full weights")
@@ -319,6 +320,9 @@ def render(starter: Starter, *, model: str, data: str, hardware: str, config_nam
              _line("gradient_accumulation_steps", training.gradient_accumulation_steps,
                    "raise for larger steps (memory unchanged)"),
              _line("seed", training.seed)]
+    if training.optimizer_state_dtype != "float32":
+        body.append(_line("optimizer_state_dtype", training.optimizer_state_dtype,
+                          "chosen by the plan: AdamW's moments in bf16"))
     if cfg.sp_ulysses_degree > 1:
         body += ["", _line("sp_ulysses_degree", cfg.sp_ulysses_degree, "chosen by the plan").lstrip()]
     body += ["", "logging:", _line("logging_steps", cfg.logging.logging_steps),

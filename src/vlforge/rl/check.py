@@ -19,15 +19,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from vlforge.errors import ExitCode
 from vlforge.rl.engines import engine
 from vlforge.rl.spec import RunSpec
+from vlforge.rl.stats import VERDICT_EXIT
 
 log = logging.getLogger(__name__)
 
 SCHEMA = "vlforge.rl.check/1"
 Verdict = Literal["ok", "weak", "dead"]
-VERDICT_EXIT = {"ok": ExitCode.OK, "weak": ExitCode.WARNING, "dead": ExitCode.FAILED}
 
 
 class TagReport(BaseModel):
@@ -98,7 +97,7 @@ def read_tokenizer_once(path: Path) -> Any:
     return _TOKENIZERS[key]
 
 
-def required_tags(spec: RunSpec, patterns: list[tuple[str, bool]], added: list[str]) -> list[str]:
+def required_tags(patterns: list[tuple[str, bool]], added: list[str]) -> list[str]:
     """Tags every match of the reward's patterns (``(text, is_regex)``) contains, in order."""
     from vlforge.rl.rewards import pattern_literals
     from vlforge.vocab.templates import find_tags
@@ -141,12 +140,11 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
     tok = read_tokenizer_once(Path(tok_dir))
     added = [content for content, _special in added_tokens(tok).values()]
     reward, patterns = reward_patterns(spec)
-    tags = required_tags(spec, patterns, added)
+    tags = required_tags(patterns, added)
     template_text = spec.template_text if spec.template_text is not None else tok.chat_template
     probe = probe_template(tok, template_text, spec.template_vars)
-    template_source = spec.sources.get("template_text") or spec.sources.get("template") or "the tokenizer's own"
-    if spec.template is not None:
-        template_source = str(spec.template)
+    template_source = (str(spec.template) if spec.template is not None
+                       else spec.sources.get("template_text") or "the tokenizer's own")
 
     audit = run_audit(AuditOptions(
         model=model_dir, tokenizer=spec.tokenizer, tags=tags, template_text=template_text,

@@ -9,7 +9,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,23 +16,9 @@ from pydantic import Field
 
 from vlforge.command import Cli, Job
 from vlforge.errors import ConfigError
-from vlforge.flags import Flag
+from vlforge.flags import Flag, key_values
 from vlforge.outputs import check_output_dir
 from vlforge.strict import StrictModel
-
-
-def key_values(values: list[str], flag: str) -> dict[str, Any]:
-    """``KEY=VALUE`` items; values parsed as JSON where they are (``enable_thinking=false``)."""
-    out: dict[str, Any] = {}
-    for item in values:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"{flag} {item!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = json.loads(raw)
-        except ValueError:
-            out[key.strip()] = raw
-    return out
 
 
 class RunFlags(StrictModel):

@@ -24,15 +24,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from vlforge.errors import ConfigError, ExitCode
+from vlforge.errors import ConfigError
 from vlforge.rl.rewards import Sample
 from vlforge.rl.spec import RunSpec
-from vlforge.rl.stats import GroupStats, group_stats, verdict
+from vlforge.rl.stats import VERDICT_EXIT, GroupStats, group_stats, verdict
+from vlforge.tables import progress_bar
 
 log = logging.getLogger(__name__)
 
 SCHEMA = "vlforge.rl.probe/1"
-EXIT = {"ok": ExitCode.OK, "weak": ExitCode.WARNING, "dead": ExitCode.FAILED}
 EXAMPLE_CHARS = 300
 
 
@@ -132,7 +132,7 @@ def sample_groups(model: Any, tokenizer: Any, processor: Any, rows: list, *, sco
     eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [tokenizer.eos_token_id])
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos_ids))
     device = next(model.parameters()).device
-    bar = _progress(len(rows)) if progress else None
+    bar = progress_bar("probe", len(rows)) if progress else None
     started = time.perf_counter()
     groups, all_samples, all_rewards, truncated = [], [], [], 0
     was_training = model.training
@@ -179,27 +179,16 @@ def sample_groups(model: Any, tokenizer: Any, processor: Any, rows: list, *, sco
                    seconds=time.perf_counter() - started)
 
 
-def _progress(total: int):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    bar = Progress(TextColumn("probe"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   console=Console(stderr=True))
-    task = bar.add_task("probe", total=total)
-    bar.start()
-    return bar, task
-
-
 def tag_emission(tokenizer: Any, tags: list[str], samples: list[Sample]) -> list[TagEmission]:
     from vlforge.vocab.tokenizer import encode_tag
 
     out = []
+    decoded = [tokenizer.decode(s.ids, skip_special_tokens=False) for s in samples]
     for tag in tags:
         enc = encode_tag(tokenizer, tag)
         own = enc.ids[0] if len(enc.ids) == 1 and enc.added[0] else None
         as_ids = as_pieces = seen = 0
-        for s in samples:
-            full = tokenizer.decode(s.ids, skip_special_tokens=False)
+        for s, full in zip(samples, decoded, strict=True):
             has_id = own is not None and own in s.ids
             as_ids += has_id
             as_pieces += (tag in full) and not has_id
@@ -245,7 +234,7 @@ def build_report(spec: RunSpec, sampled: Sampled, *, tokenizer: Any, reward: str
         reward_mean=sum(finite) / len(finite) if finite else None, groups=sampled.groups, zero_spread_share=share,
         tags=tag_emission(tokenizer, tags, flat), truncated_share=truncated_share, examples=examples,
         seconds={"load": round(load_seconds, 2), "sample_and_score": round(sampled.seconds, 2)},
-        verdict=name, message=message, exit_code=int(EXIT[name]), notes=notes)
+        verdict=name, message=message, exit_code=int(VERDICT_EXIT[name]), notes=notes)
 
 
 def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_tokens: int | None, seed: int,
@@ -285,7 +274,7 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
         processor.tokenizer = tokenizer
     load_seconds = time.perf_counter() - started
     added = [content for content, _special in added_tokens(tokenizer).values()]
-    tags = required_tags(spec, patterns, added)
+    tags = required_tags(patterns, added)
     log.info("probe: %d prompts x %d completions, at most %d new tokens, seed %d", len(rows), group, new_tokens, seed)
     sampled = sample_groups(
         loaded.model, tokenizer, processor, rows, score=score, template_text=spec.template_text,

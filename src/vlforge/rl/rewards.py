@@ -43,8 +43,6 @@ class RewardInfo:
     """String constants of the file (docstrings excluded) that hold a tag, in source order."""
     uses: list[str] = field(default_factory=list)
     """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``literal`` or ``processing``."""
-    reward_type: str | None = None
-    """EasyR1's module-level ``REWARD_TYPE`` (``batch`` / ``sequential``), when the file sets one."""
     positional: int = 0
     """Parameters a positional argument can fill."""
     required: list[str] = field(default_factory=list)
@@ -176,14 +174,9 @@ def inspect_reward(file: Path, function: str) -> RewardInfo:
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
             uses.append(pattern_use(node, tree, parents))
     order = sorted(range(len(patterns)), key=lambda i: spans[i])
-    reward_type = None
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "REWARD_TYPE" for t in node.targets)
-                and isinstance(node.value, ast.Constant)):
-            reward_type = str(node.value.value)
     return RewardInfo(file=file, function=function, params=params, var_keyword=var_keyword, positional=positional,
                       required=required, var_positional=var_positional,
-                      patterns=[patterns[i] for i in order], uses=[uses[i] for i in order], reward_type=reward_type,
+                      patterns=[patterns[i] for i in order], uses=[uses[i] for i in order],
                       spans=[spans[i] for i in order])
 
 

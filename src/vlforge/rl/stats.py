@@ -19,6 +19,11 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from vlforge.errors import ExitCode
+
+VERDICT_EXIT = {"ok": ExitCode.OK, "weak": ExitCode.WARNING, "dead": ExitCode.FAILED}
+"""The exit code of each verdict of ``rl check`` and ``rl probe``."""
+
 EQUAL = 1e-9
 """Rewards closer than this are equal."""
 WEAK_SHARE = 0.5

@@ -17,7 +17,7 @@ from pydantic import Field
 
 from vlforge.command import Cli, Job, always_ok
 from vlforge.errors import ConfigError
-from vlforge.flags import Flag
+from vlforge.flags import Flag, key_values
 from vlforge.options import build_options
 from vlforge.outputs import atomic_write_text, check_output_file
 from vlforge.strict import StrictModel
@@ -80,23 +80,6 @@ def int_list(values: list[str] | None, option: str) -> list[int]:
         return [int(v) for v in split_list(values)]
     except ValueError as error:
         raise ConfigError(f"{option}: expected integers separated by commas ({error})") from None
-
-
-def key_values(values: list[str] | None, option: str, *, numbers: bool = False) -> dict:
-    """``KEY=VALUE`` pairs; values are parsed as JSON when possible (``enable_thinking=false``)."""
-    out = {}
-    for item in values or []:
-        if "=" not in item:
-            raise ConfigError(f"{option} {item!r}: expected KEY=VALUE")
-        key, raw = item.split("=", 1)
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            value = raw
-        if numbers and not isinstance(value, int | float):
-            raise ConfigError(f"{option} {item!r}: the value must be a number")
-        out[key.strip()] = value
-    return out
 
 
 def refuse_non_causal(model: Path) -> None:

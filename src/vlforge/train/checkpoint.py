@@ -261,9 +261,10 @@ def clear_unfinished(output_dir: Path) -> None:
     if not output_dir.is_dir():
         return
     for stage in sorted(output_dir.glob(f"{outputs.STAGING_PREFIX}checkpoint-*")):
-        real_dir = stage.is_dir() and not stage.is_symlink()
-        ledger = outputs.read_ledger(stage) if real_dir else None
-        if (ledger and ledger.get("partial") and ledger.get("writer") == "train") or (real_dir and not any(stage.iterdir())):
+        if not outputs.is_partial(stage):
+            continue
+        ledger = outputs.read_ledger(stage)
+        if ledger is None or ledger.get("writer") == "train":  # empty, or training's own partial ledger
             logger.info("removing %s, a checkpoint left unfinished by an earlier run", stage)
             shutil.rmtree(stage, ignore_errors=True)
 

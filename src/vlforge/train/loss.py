@@ -121,10 +121,7 @@ def masked_logits(model: torch.nn.Module, inputs: dict[str, Any], keep: torch.Te
     before 5.21 takes positions only: there the columns any row keeps are projected, then the mask selects. An
     integer ``keep`` holds the positions of a one-row batch (what :func:`forward_loss` passes: boolean indexing on a
     GPU reads the count back to the host)."""
-    if keep.dtype != torch.bool:  # positions of a one-row batch: the same rows, gathered without a host sync
-        out = model(**inputs, logits_to_keep=keep, **kwargs)
-        return out, out.logits.reshape(-1, out.logits.shape[-1])
-    if _takes_mask():
+    if keep.dtype != torch.bool or _takes_mask():  # positions of a one-row batch (no host sync), or a mask it takes
         out = model(**inputs, logits_to_keep=keep, **kwargs)
         return out, out.logits.reshape(-1, out.logits.shape[-1])
     columns = keep.any(0).nonzero().squeeze(1)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from vlforge.tables import progress_bar
+
 log = logging.getLogger(__name__)
 
 MIN_PROB = 0.01  # below: the model does not emit the token even when asked to copy it
@@ -57,7 +59,7 @@ def repeat_probabilities_with(model, tok, ids: list[int], *, batch_size: int = 3
     jobs.sort(key=lambda job: len(job[1]))  # similar lengths share a batch: less padding
     pad = tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
     out = dict.fromkeys(ids, 0.0)
-    bar = _progress(len(jobs)) if progress else None
+    bar = progress_bar("repeat check", len(jobs)) if progress else None
     try:
         for start in range(0, len(jobs), batch_size):
             batch = jobs[start:start + batch_size]
@@ -82,17 +84,6 @@ def repeat_probabilities_with(model, tok, ids: list[int], *, batch_size: int = 3
     for token_id in ids:
         log.debug("verify id %d: max repeat probability %.4g", token_id, out[token_id])
     return out
-
-
-def _progress(total: int):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    bar = Progress(TextColumn("repeat check"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   console=Console(stderr=True))
-    task = bar.add_task("verify", total=total)
-    bar.start()
-    return bar, task
 
 
 def repeat_probabilities(model_dir: str | Path, ids: list[int], *, dtype: str = "float32",
