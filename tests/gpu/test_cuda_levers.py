@@ -61,12 +61,18 @@ def reference(tmp_path_factory, checkpoint):
     {"model": {"activation_checkpointing": "full"}},
     {"model": {"compile": True}},
     {"model": {"compile": True, "activation_checkpointing": "selective"}},
+    {"model": {"compile": True, "activation_checkpointing": "full"}},
     {"training": {"optimizer_state_dtype": "bfloat16"}},
-], ids=["selective", "full", "compile", "compile+selective", "bf16_states"])
+], ids=["selective", "full", "compile", "compile+selective", "compile+full", "bf16_states"])
 def test_levers_equal_the_plain_path_on_cuda(tmp_path, checkpoint, reference, sections):
+    from vlforge.models.blocks import compiled_graphs
+
     batches, expected = reference
     lever = _trainer(tmp_path, checkpoint, **sections)
+    graphs = compiled_graphs()
     got = _steps(lever, batches)
+    if sections.get("model", {}).get("compile"):  # checkpointed blocks too: compiled around their checkpoint
+        assert compiled_graphs() > graphs
     assert got[0] == pytest.approx(expected[0], rel=2e-3)  # bf16 compute: kernels may round differently
     assert got == pytest.approx(expected, rel=2e-2)
 

@@ -47,9 +47,9 @@ def test_varlen_kernel_matches_per_sample_attention(dtype):
     _reference(qr, kr, vr, bounds).backward(grad.float())
     for got, want in ((q.grad, qr.grad), (k.grad, kr.grad), (v.grad, vr.grad)):
         torch.testing.assert_close(got.float(), want, rtol=5e-2, atol=5e-2)
-    if varlen._causal_options() is None:
+    if varlen._kernel_options(True) is None:
         pytest.skip("this torch has no causal torch.nn.attention.varlen kernel: the per-sample SDPA path was checked")
-    fused = varlen._cuda_varlen(q[0].transpose(0, 1), q[0].transpose(0, 1), q[0].transpose(0, 1), cu, 349, None)
+    fused = varlen._cuda_varlen(q[0].transpose(0, 1), q[0].transpose(0, 1), q[0].transpose(0, 1), cu, 349, None, True)
     assert fused is not None and fused.shape == (700, 8, 64)  # the fused kernel, not the fallback, ran above
 
 

@@ -114,9 +114,75 @@ def test_causal_keyword_follows_the_installed_signature(monkeypatch):
         module.varlen_attn = namespace["varlen_attn"]
         return module
 
-    for params, expected in (("scale=None, window_size=(-1, -1)", {"window_size": (-1, 0), "scale": None}),
-                             ("is_causal=False, scale=None", {"is_causal": True, "scale": None}),
-                             ("return_aux=None", None)):
+    for params, causal, bidirectional in (
+            ("scale=None, window_size=(-1, -1)", {"window_size": (-1, 0), "scale": None}, {"scale": None}),
+            ("is_causal=False, scale=None", {"is_causal": True, "scale": None}, {"scale": None}),
+            ("return_aux=None", None, {})):
         monkeypatch.setitem(sys.modules, "torch.nn.attention.varlen", fake(params))
-        monkeypatch.setattr(varlen, "_CAUSAL", [])
-        assert varlen._causal_options() == expected, params
+        monkeypatch.setattr(varlen, "_OPTIONS", [])
+        assert varlen._kernel_options(True) == causal, params
+        assert varlen._kernel_options(False) == bidirectional, params
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_packed_attention_op_passes_torch_opcheck_and_equals_eager(causal):
+    """The op ``torch.compile`` sees (``torch.ops.vlforge.packed_attention``): torch's own checks of its schema,
+    fake (shape) kernel and autograd registration, and its gradients equal autograd through the eager path."""
+    from vlforge.models.varlen import _attend, packed_attention
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 11, 4, requires_grad=True) for _ in range(3))
+    cu = torch.tensor([0, 3, 8, 11])
+    torch.library.opcheck(packed_attention, (q, k, v, cu, 0.3, causal))
+    out = packed_attention(q, k, v, cu, 0.3, causal)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    eager = _attend(q, k, v, cu, 0.3, causal)
+    want = torch.autograd.grad(eager, (q, k, v), grad)
+    torch.testing.assert_close(out, eager, rtol=0, atol=0)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-6, atol=1e-6)
+    first = torch.nn.functional.scaled_dot_product_attention(q[:, :, :3], k[:, :, :3], v[:, :, :3], is_causal=causal,
+                                                             scale=0.3)
+    torch.testing.assert_close(out[:, :3].transpose(1, 2), first)  # a sample sees itself only
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe",
+                                    "glm4v"])
+def test_vision_tower_through_the_packed_op_equals_its_sdpa_path(family, tiny_checkpoint, monkeypatch):
+    """``use_for_vision`` (what ``model.compile`` switches the towers to) against transformers' own SDPA per-image
+    loop: two pictures of other sizes, the features and the tower's gradients, in every family."""
+    import numpy as np
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from vlforge.models import varlen
+    from vlforge.models.varlen import VISION_ATTENTION_NAME, _attend, use_for_vision
+
+    path = tiny_checkpoint(family)
+    model = AutoModelForImageTextToText.from_pretrained(path, attn_implementation="sdpa")
+    processor = AutoProcessor.from_pretrained(path)
+    rng = np.random.default_rng(0)
+    pictures = [Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)) for h, w in ((64, 96), (48, 48))]
+    inputs = processor.image_processor(images=pictures, return_tensors="pt")
+    assert inputs["image_grid_thw"].shape[0] == 2
+
+    def features():
+        model.zero_grad(set_to_none=True)
+        out = model.model.get_image_features(inputs["pixel_values"], inputs["image_grid_thw"])
+        tensors = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+        sum(t.square().sum() for t in tensors).backward()
+        return tensors, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    stock, stock_grads = features()
+    calls = []
+    monkeypatch.setattr(varlen, "_attend", lambda *a: calls.append(a[-1]) or _attend(*a))
+    assert use_for_vision(model) and model.config.vision_config._attn_implementation == VISION_ATTENTION_NAME
+    ours, grads = features()
+    blocks = sum(type(m).__name__.endswith("VisionBlock") for m in model.modules())
+    assert calls == [False] * blocks  # every block, bidirectional
+    assert len(ours) == len(stock) and stock_grads.keys() == grads.keys() and grads
+    for a, b in zip(ours, stock, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for name in grads:
+        torch.testing.assert_close(grads[name], stock_grads[name], rtol=1e-4, atol=1e-5, msg=name)

@@ -175,49 +175,57 @@ def test_plan_recommends_no_checkpointing_when_everything_fits():
                for line in render(report))
 
 
-def _text_rows(path: Path, n: int = 4) -> Path:
-    """``n`` text chats of the same tokenised length (one compiled shape)."""
-    rows = [{"messages": [{"role": "user", "content": "Name a colour."},
-                          {"role": "assistant", "content": "Blue, as the sky."}]} for _ in range(n)]
+def _text_rows(path: Path, n: int = 12) -> Path:
+    """``n`` text chats of three lengths (packed rows with several samples each)."""
+    rows = [{"messages": [{"role": "user", "content": f"Name colour {i}."},
+                          {"role": "assistant", "content": "Blue, as the sky. " * (1 + i % 3)}]} for i in range(n)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path
 
 
 def test_regional_compile_equals_eager_on_the_cpu(tmp_path, checkpoint, caplog):
-    """inductor on this CPU (gcc): two optimiser steps of the compiled decoder layers against eager ones."""
-    data = _text_rows(tmp_path / "text.jsonl")
-    eager = _trainer(tmp_path, checkpoint, data)
-    batches = [eager._draw() for _ in range(2)]
-    expected = [float(eager.train_step(b)[1]) for b in batches]
-    with caplog.at_level(logging.INFO, logger="vlforge.models.blocks"):
-        compiled = _trainer(tmp_path, checkpoint, data, model={"compile": True})
+    """inductor on this CPU (gcc), packed rows: the compiled blocks (vlforge's packed attention as one op inside
+    them) against eager ones, alone and around each checkpointing mode: losses of two optimiser steps, gradients.
+    Text rows, and for ``selective`` the example's image and video rows (the vision blocks compile too)."""
+    from vlforge.models.blocks import CompileWatch, compiled_graphs, is_compiled
+
+    text = _text_rows(tmp_path / "text.jsonl")
+    packed = {"packing": {"packing": True, "packing_length": 200}}
+    times = []
+    for mode, data in (("none", text), ("full", text), ("selective", None)):
+        eager = _trainer(tmp_path, checkpoint, data, **packed)
+        batches = [eager._draw() for _ in range(2)]
+        assert all(len(b["cu_seqlens"]) > 2 for step in batches for b in step)  # several samples per row
+        assert (data is None) == any("pixel_values" in b for step in batches for b in step)
+        loss, grads = token_mean_grads(eager, batches[0])
+        expected = [float(eager.train_step(b)[1]) for b in batches]
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="vlforge.models"):
+            compiled = _trainer(tmp_path, checkpoint, data, model={"compile": True, "activation_checkpointing": mode},
+                                **packed)
+            begin = time.perf_counter()
+            watch = CompileWatch()  # counts from here: the gradient pass below compiles the first shapes
+            got_loss, got_grads = token_mean_grads(compiled, batches[0])
+            # dynamo compiled the blocks, checkpointed ones included: one graph for the text layers, one more for the
+            # vision blocks where the rows hold pictures
+            assert compiled_graphs() - watch.graphs >= (1 if data else 2), mode
+            got = []
+            for step, batch in enumerate(batches, 1):
+                watch.begin()
+                got.append(float(compiled.train_step(batch)[1]))
+                watch.end(step)
+        times.append(f"{mode}: {time.perf_counter() - begin:.1f} s")
         assert "compile: torch.compile on 2 Qwen3VLTextDecoderLayer + 2 Qwen3VLVisionBlock" in caplog.text
-        from vlforge.models.blocks import CompileWatch
-
-        watch = CompileWatch()
-        got = []
-        begin = time.perf_counter()
-        for step, batch in enumerate(batches, 1):
-            watch.begin()
-            got.append(float(compiled.train_step(batch)[1]))
-            watch.end(step)
-    assert "compile: step 1 compiled" in caplog.text and watch.total > 0
-    layer = next(m for m in compiled.model.modules() if type(m).__name__ == "Qwen3VLTextDecoderLayer")
-    assert layer._compiled_call_impl is not None
-    assert "model.language_model.layers.0.self_attn.q_proj.weight" in dict(compiled.model.named_parameters())
-    assert got == pytest.approx(expected, rel=1e-5)  # inductor reorders float sums: equal to 1e-5, not bitwise
-    print(f"compile test: {time.perf_counter() - begin:.1f} s for 2 compiled steps")
-
-    caplog.clear()  # with activation checkpointing dynamo may compile nothing: said at start-up and after step 1
-    with caplog.at_level(logging.INFO, logger="vlforge.models.blocks"):
-        both = _trainer(tmp_path, checkpoint, data, model={"compile": True, "activation_checkpointing": "selective"})
-        assert "model.compile with activation checkpointing on 4 block(s)" in caplog.text
-        watch = CompileWatch()
-        watch.begin()
-        assert float(both.train_step(batches[0])[1]) == pytest.approx(expected[0], rel=1e-5)
-        watch.end(1)
-    assert ("model.compile: step 1 compiled no graph: the blocks ran eager" in caplog.text) != (
-        "compile: step 1 compiled 1 new graph(s)" in caplog.text or "compile: step 1 compiled 2 new graph(s)" in caplog.text)
+        assert ("their checkpoints inside the compiled code (4 blocks)" in caplog.text) == (mode != "none")
+        assert "vision tower: per-image attention as one op" in caplog.text
+        assert "compiled no graph" not in caplog.text
+        layer = next(m for m in compiled.model.modules() if type(m).__name__ == "Qwen3VLTextDecoderLayer")
+        assert is_compiled(layer) and not layer.gradient_checkpointing  # the checkpoint runs inside the compiled code
+        assert "model.language_model.layers.0.self_attn.q_proj.weight" in dict(compiled.model.named_parameters())
+        assert got_loss == pytest.approx(loss, rel=1e-5)  # inductor reorders float sums: equal to 1e-5, not bitwise
+        _close(got_grads, grads, rtol=1e-4)
+        assert got == pytest.approx(expected, rel=1e-5)
+    print("compile test:", ", ".join(times))
 
 
 def test_reshard_after_forward_auto_follows_the_start_up_plan(monkeypatch):

@@ -20,8 +20,10 @@ Both go through transformers' own ``activation_checkpointing_enable`` (non-reent
 warning). The gradients and the loss are the same as without (tests/train/test_levers.py), only memory and time
 change.
 
-Regional compilation (``model.compile``): ``module.compile()`` on each such block (parameter names, ``state_dict``
-keys and FSDP2 units stay as they are); identical blocks share one compiled graph.
+Regional compilation (``model.compile``): each such block's forward runs through one ``torch.compile``'d function
+(parameter names, ``state_dict`` keys and FSDP2 units stay as they are; identical blocks share its graphs), with a
+checkpointed block's checkpoint inside it (:func:`compile_blocks` says why). Packed attention, text and vision, is
+one op there (``vlforge.models.varlen``), so a block is one graph.
 
 Example:
     >>> from vlforge.models.presets import meta_model
@@ -32,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import time
@@ -41,6 +44,7 @@ from typing import Any
 import torch
 
 from vlforge.errors import ConfigError
+from vlforge.models import varlen
 from vlforge.models.families import FAMILIES, family
 
 logger = logging.getLogger(__name__)
@@ -62,12 +66,14 @@ def _saved_ops() -> frozenset:
                 if hasattr(torch.ops.torch_attn, name)}
     except (ImportError, AttributeError, RuntimeError):  # a torch without it
         pass
+    ops.add(varlen.packed_attention._opoverload)  # vlforge's packed attention under compile
     return frozenset(ops)
 
 
 SAVED_OPS = _saved_ops()
 """Ops whose outputs selective checkpointing keeps: matrix multiplies (linear layers, MoE experts) and fused
-attention kernels (their output and log-sum-exp), torch's varlen attention op included. The batched ``bmm`` of a
+attention kernels (their output and log-sum-exp), torch's varlen attention op and vlforge's packed attention op
+included. The batched ``bmm`` of a
 math-path attention is not among them: it would keep the L x L scores."""
 
 
@@ -149,52 +155,71 @@ def apply_checkpointing(model: torch.nn.Module, mode: str, family_name: str) -> 
 
 
 def compile_blocks(model: torch.nn.Module, family_name: str, **options: Any) -> Counter:
-    """``module.compile(**options)`` on every block of ``model`` (the compilation itself happens on first use)."""
+    """Compile the forward of every block of ``model`` (the compilation itself happens on first use).
+
+    One compiled function serves every block (identical blocks share its graphs). A checkpointed block is
+    compiled around its checkpoint, as torchtitan orders them: transformers' own checkpoint call (in
+    ``GradientCheckpointingLayer.__call__``) would run the compiled code inside the checkpoint's saved-tensor
+    hooks, where dynamo compiles nothing, so the checkpoint moves into the compiled function (same checkpoint
+    function and policy; dynamo traces it as one region and compiles the recomputation with it). Module hooks
+    (FSDP2's) stay outside the compiled code."""
     counts = block_counts(model, family_name)
     if not counts:
         record = family(family_name)
         raise ConfigError(f"model.compile: {type(model).__name__} has no {record.text_layer_class} or "
                           f"{record.vision_block_class} (family {family_name})")
+    varlen.use_for_vision(model)  # the towers' per-image attention as one op, not a host-side split
     eager = _eager_regions(model)
-    checkpointed = 0
+    compiled = torch.compile(_block_forward, **options)
+    checkpointed, left = 0, 0
     for _, module in block_modules(model, family_name):
-        module.compile(**options)
-        checkpointed += bool(getattr(module, "gradient_checkpointing", False))
-    logger.info("compile: torch.compile on %s (compiled on first use; the time is logged)%s", _describe(counts),
+        checkpoint = None
+        if getattr(module, "gradient_checkpointing", False):
+            if any(_is_eager_region(m) for m in module.modules()):
+                left += 1  # a checkpoint dynamo cannot trace whole runs eager: leave it to transformers, uncompiled
+                continue
+            checkpoint = module._gradient_checkpointing_func
+            module.gradient_checkpointing = False  # transformers' __call__ no longer checkpoints: the compiled code does
+            checkpointed += 1
+        module.forward = functools.partial(compiled, module.forward, checkpoint)
+        module._vlforge_compiled = True
+    logger.info("compile: torch.compile on %s%s (compiled on first use; the time is logged)%s", _describe(counts),
+                f", their checkpoints inside the compiled code ({checkpointed} blocks)" if checkpointed else "",
                 f"; run eager between the compiled parts: {', '.join(eager)}" if eager else "")
-    if checkpointed:  # measured through vlforge train on this CPU: no graph at all, the step time of eager
-        logger.warning("model.compile with activation checkpointing on %d block(s): dynamo skips frames that run "
-                       "inside a checkpoint (its saved-tensor hooks), so these blocks may run eager; the log after the "
-                       "first step says how many graphs compiled", checkpointed)
+    if left:
+        logger.warning("model.compile: %d checkpointed block(s) with a packed Gated DeltaNet forward stay eager (a "
+                       "checkpoint dynamo cannot trace whole is not compiled); the other blocks compile", left)
     return counts
 
 
+def _block_forward(forward: Any, checkpoint: Any, *args: Any, **kwargs: Any) -> Any:
+    """A block's forward, inside ``checkpoint`` (``torch.utils.checkpoint.checkpoint`` with the mode's options)
+    when the block trains; as transformers' checkpointing layer, only the positional arguments are checkpoint
+    inputs."""
+    if checkpoint is not None and forward.__self__.training and torch.is_grad_enabled():
+        return checkpoint(functools.partial(forward, **kwargs), *args)
+    return forward(*args, **kwargs)
+
+
+def is_compiled(module: torch.nn.Module) -> bool:
+    """Whether :func:`compile_blocks` compiled ``module``'s forward."""
+    return bool(module.__dict__.get("_vlforge_compiled"))
+
+
 def _eager_regions(model: torch.nn.Module) -> list[str]:
-    """Keep dynamo out of vlforge's packed-row forwards inside the blocks (their sample bounds are host-side Python,
-    cached per row: traced, each new row would be a new graph): packed attention and the Gated DeltaNet forward run
-    eager between the compiled parts. Done here, not at import: importing dynamo costs seconds and warning filters."""
-    from vlforge.models import varlen
-
-    found = []
-    if varlen.ATTENTION_NAME in _attention_functions():
-        from transformers import AttentionInterface
-
-        AttentionInterface.register(varlen.ATTENTION_NAME, torch.compiler.disable(varlen.varlen_attention))
-        found.append(varlen.ATTENTION_NAME)
-    layers = [m for m in model.modules() if "_vlforge_stock_forward" in m.__dict__
-              and not getattr(m.forward, "_vlforge_eager", False)]
+    """Keep dynamo out of vlforge's packed Gated DeltaNet forwards inside the blocks (their sample bounds are
+    host-side Python, cached per row: traced, each new row would be a new graph): they run eager between the
+    compiled parts. vlforge's packed attention needs no such break: under compile it is one op
+    (``vlforge.models.varlen``)."""
+    layers = [m for m in model.modules() if "_vlforge_stock_forward" in m.__dict__ and not _is_eager_region(m)]
     for module in layers:
         module.forward = torch.compiler.disable(module.forward)
         module.forward._vlforge_eager = True
-    if layers:
-        found.append(f"{len(layers)} packed Gated DeltaNet forwards")
-    return found
+    return [f"{len(layers)} packed Gated DeltaNet forwards"] if layers else []
 
 
-def _attention_functions() -> Any:
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    return ALL_ATTENTION_FUNCTIONS
+def _is_eager_region(module: torch.nn.Module) -> bool:
+    return getattr(module.__dict__.get("forward"), "_vlforge_eager", False)
 
 
 def compiled_graphs() -> int:

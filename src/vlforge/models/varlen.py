@@ -9,6 +9,12 @@ whichever keyword that torch's signature has), else one
 padding mask falls back to transformers' SDPA path. Memory grows with the sum of the samples' squared
 lengths at most (SDPA's math kernel), never with the row's, and the dense-mask kernels are never used.
 
+Under ``torch.compile`` the packed call is one opaque op, ``torch.ops.vlforge.packed_attention`` (its sample
+bounds are host-side Python, which dynamo would otherwise break the graph on or specialise per row): a compiled
+decoder layer stays one graph, and a checkpointed one can be compiled around its checkpoint. Its backward runs
+the same attention again under autograd (one more attention forward per layer, a small share of a layer's
+FLOPs); eager training never goes through the op.
+
 Example:
     >>> import torch
     >>> q = k = v = torch.randn(1, 2, 6, 4)
@@ -32,41 +38,58 @@ logger = logging.getLogger(__name__)
 
 ATTENTION_NAME = "vlforge_varlen"
 
+VISION_ATTENTION_NAME = "vlforge_varlen_flash_layout"
+"""The same attention for a vision tower (bidirectional, per image). transformers hands a vision block its images'
+bounds (``cu_seq_lens_q``) only when the implementation's name contains "flash" (otherwise its SDPA path splits the
+images on the host, a graph break under compile); this name takes them in flash-attention's layout."""
 
-_LAST: list[Any] = [None, None, None]
-"""The last ``cu_seq_lens_q`` tensor, row length and its bounds: every layer of a forward gets the same tensor, so
-its (host-syncing) read happens once per forward, not once per layer."""
+
+_RECENT: list[tuple[torch.Tensor, int, tuple[list[tuple[int, int]], bool]]] = []
+"""The last two ``(cu_seqlens tensor, row length, bounds)``: every layer of a forward gets the same tensor (the text
+row's, and under compile the vision tower's), so its (host-syncing) read happens once per forward, not per layer."""
+
+
+def _remember(cu_seqlens: torch.Tensor, length: int, bounds: tuple[list[tuple[int, int]], bool]) -> None:
+    _RECENT[:] = [(cu_seqlens, length, bounds), *_RECENT[:1]]
 
 
 def prime(cu_seqlens: torch.Tensor, host: torch.Tensor, length: int) -> None:
     """Tell the layers the bounds of ``cu_seqlens`` (a device tensor) from its ``host`` copy: the forward over a row
     of ``length`` tokens then reads no bounds back from the device (no host sync)."""
-    _LAST[:] = [cu_seqlens, length, _split([int(x) for x in host.tolist()], length)]
+    _remember(cu_seqlens, length, _split([int(x) for x in host.tolist()], length))
 
 
 def _split(cu: list[int], length: int) -> tuple[list[tuple[int, int]], bool]:
     out = [(a, b) for a, b in itertools.pairwise(cu) if b > a]
     tail = cu[-1] < length
-    if tail:  # a pad tail (pad_to_packing_length): its tokens attend to themselves only, causally
+    if tail:  # a pad tail (pad_to_packing_length): its tokens attend to themselves only
         out.append((cu[-1], length))
     return out, tail
 
 
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``b`` is the tensor ``a`` (or a view of its unchanged memory: a compiled graph may hand an op another
+    tensor object over the same storage; ``_RECENT`` holds ``a``, so its memory cannot have been reused)."""
+    return a is b or (a.device == b.device and a.dtype == b.dtype and a.shape == b.shape
+                      and a.stride() == b.stride() and a.data_ptr() == b.data_ptr() and a._version == b._version)
+
+
 def _bounds(cu_seqlens: torch.Tensor, length: int) -> tuple[list[tuple[int, int]], bool]:
     """``([start, end) per sample, whether a pad tail beyond the last sample was added)``."""
-    if _LAST[0] is cu_seqlens and _LAST[1] == length:
-        return _LAST[2]
+    for tensor, known_length, bounds in _RECENT:
+        if known_length == length and _same(tensor, cu_seqlens):
+            return bounds
     found = _split([int(x) for x in cu_seqlens.tolist()], length)
-    _LAST[:] = [cu_seqlens, length, found]
+    _remember(cu_seqlens, length, found)
     return found
 
 
 def _cuda_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Tensor, longest: int,
-                 scale: float | None) -> Any:
+                 scale: float | None, causal: bool) -> Any:
     """(L, H, D) packed varlen attention through torch's own kernel, or None where it cannot run."""
     if q.device.type != "cuda" or q.dtype not in (torch.bfloat16, torch.float16):
         return None
-    options = _causal_options()
+    options = _kernel_options(causal)
     if options is None:
         return None
     from torch.nn.attention.varlen import varlen_attn
@@ -77,21 +100,23 @@ def _cuda_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu: torch.Te
     return varlen_attn(q, k, v, cu32, cu32, longest, longest, **options)
 
 
-_CAUSAL: list[Any] = []
-"""Cached :func:`_causal_options` answer (a one-element list once computed)."""
+_OPTIONS: list[Any] = []
+"""Cached :func:`_kernel_options` answers (causal, bidirectional) once computed."""
 
 
-def _causal_options() -> dict[str, Any] | None:
-    """Keyword arguments that make this torch's ``varlen_attn`` causal, or None when it has no such kernel.
+def _kernel_options(causal: bool) -> dict[str, Any] | None:
+    """Keyword arguments that make this torch's ``varlen_attn`` causal (or leave it bidirectional), or None when
+    it has no such kernel.
 
-    torch spells it ``window_size=(-1, 0)`` (2.11 and later) or ``is_causal=True`` (earlier); a signature with
-    neither is not used, since a non-causal call would silently let tokens see the future.
+    torch spells causal ``window_size=(-1, 0)`` (2.11 and later) or ``is_causal=True`` (earlier); a signature with
+    neither is not used for causal attention, since a non-causal call would silently let tokens see the future.
+    Both spell bidirectional as their default.
     """
-    if not _CAUSAL:
+    if not _OPTIONS:
         try:
             from torch.nn.attention.varlen import varlen_attn
         except ImportError:
-            _CAUSAL.append(None)
+            _OPTIONS.extend([None, None])
             return None
         params = inspect.signature(varlen_attn).parameters
         if "window_size" in params:
@@ -100,43 +125,110 @@ def _causal_options() -> dict[str, Any] | None:
             options = {"is_causal": True}
         else:
             options = None
-        if options is not None and "scale" in params:
-            options["scale"] = None
-        _CAUSAL.append(options)
-    return _CAUSAL[0]
+        scale = {"scale": None} if "scale" in params else {}
+        _OPTIONS.extend([None if options is None else {**options, **scale}, scale])
+    return _OPTIONS[0 if causal else 1]
 
 
 def varlen_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                      **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """(B, H, L, D) q/k/v in, (B, L, H, D) out; see the module docstring."""
+    """(B, H, L, D) q/k/v in, (B, L, H, D) out; see the module docstring. Causal unless the caller says
+    ``is_causal=False`` or its module is not causal (the vision towers: each image attends to itself whole)."""
     cu = kwargs.get("cu_seq_lens_q")
     if attention_mask is not None or (cu is None and query.shape[0] != 1) or dropout:
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
+    causal = kwargs.get("is_causal")
+    causal = bool(getattr(module, "is_causal", True) if causal is None else causal)
     heads, kv_heads = query.shape[1], key.shape[1]
     if kv_heads != heads:
         key = key.repeat_interleave(heads // kv_heads, dim=1)
         value = value.repeat_interleave(heads // kv_heads, dim=1)
-    length = query.shape[2]
     if cu is None:
-        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scaling)
         return out.transpose(1, 2).contiguous(), None
+    if torch.compiler.is_compiling():
+        return packed_attention(query, key, value, cu, scaling, causal), None
+    return _attend(query, key, value, cu, scaling, causal), None
+
+
+def _attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu: torch.Tensor,
+            scaling: float | None, causal: bool = True) -> torch.Tensor:
+    """Attention of each sample of a packed row to itself only: (1, H, L, D) q/k/v (as many kv heads as query
+    heads) in, (1, L, H, D) out."""
+    length = query.shape[2]
     bounds, padded_tail = _bounds(cu, length)
     if bounds == [(0, length)]:
-        out = F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling)
-        return out.transpose(1, 2).contiguous(), None
+        out = F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scaling)
+        return out.transpose(1, 2).contiguous()
     if not padded_tail:  # torch's kernel takes the boundaries as they are
         longest = max(b - a for a, b in bounds)
         fused = _cuda_varlen(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1), cu, longest,
-                             scaling)
+                             scaling, causal)
         if fused is not None:
-            return fused[None], None
-    pieces = [F.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=True,
+            return fused[None]
+    pieces = [F.scaled_dot_product_attention(query[:, :, a:b], key[:, :, a:b], value[:, :, a:b], is_causal=causal,
                                              scale=scaling) for a, b in bounds]
-    return torch.cat(pieces, dim=2).transpose(1, 2).contiguous(), None
+    return torch.cat(pieces, dim=2).transpose(1, 2).contiguous()
+
+
+@torch.library.custom_op("vlforge::packed_attention", mutates_args=())
+def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
+                     scale: float | None, causal: bool) -> torch.Tensor:
+    """:func:`_attend` as one op for ``torch.compile`` (the module docstring says why)."""
+    return _attend(query, key, value, cu_seqlens, scale, causal).contiguous()
+
+
+@packed_attention.register_fake
+def _packed_attention_shape(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_seqlens: torch.Tensor,
+                            scale: float | None, causal: bool) -> torch.Tensor:
+    return query.new_empty(query.shape[0], query.shape[2], query.shape[1], query.shape[3])
+
+
+@torch.library.custom_op("vlforge::packed_attention_backward", mutates_args=())
+def _packed_attention_backward(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                               cu_seqlens: torch.Tensor, scale: float | None, causal: bool,
+                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of :func:`packed_attention`: the forward again under autograd, then its backward."""
+    with _autograd_inside_op(), torch.enable_grad():
+        leaves = [t.detach().requires_grad_() for t in (query, key, value)]
+        out = _attend(*leaves, cu_seqlens, scale, causal)
+        grads = torch.autograd.grad(out, leaves, grad)
+    return tuple(g.contiguous() for g in grads)  # as the shapes below say
+
+
+def _autograd_inside_op() -> Any:
+    """A guard under which autograd records again inside a custom op's kernel (the dispatcher runs kernels with
+    autograd's dispatch keys excluded; autocast's stay excluded, as in the forward)."""
+    C = torch._C
+    exclude = C._dispatch_tls_local_exclude_set()
+    exclude = exclude.remove(C.DispatchKey.AutogradFunctionality).remove(C.DispatchKey.ADInplaceOrView)
+    return C._ForceDispatchKeyGuard(C._dispatch_tls_local_include_set(), exclude)
+
+
+@_packed_attention_backward.register_fake
+def _packed_attention_backward_shape(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                     cu_seqlens: torch.Tensor, scale: float | None, causal: bool,
+                                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return tuple(t.new_empty(t.shape) for t in (query, key, value))
+
+
+def _keep_inputs(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    query, key, value, cu_seqlens, scale, causal = inputs
+    ctx.save_for_backward(query, key, value, cu_seqlens)
+    ctx.scale, ctx.causal = scale, causal
+
+
+def _packed_grads(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    query, key, value, cu_seqlens = ctx.saved_tensors
+    dq, dk, dv = _packed_attention_backward(grad.contiguous(), query, key, value, cu_seqlens, ctx.scale, ctx.causal)
+    return dq, dk, dv, None, None, None
+
+
+packed_attention.register_autograd(_packed_grads, setup_context=_keep_inputs)
 
 
 def _no_mask(*args: Any, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> Any:
@@ -153,8 +245,9 @@ def register() -> str:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    AttentionInterface.register(ATTENTION_NAME, varlen_attention)
-    AttentionMaskInterface.register(ATTENTION_NAME, _no_mask)
+    for name in (ATTENTION_NAME, VISION_ATTENTION_NAME):
+        AttentionInterface.register(name, varlen_attention)
+        AttentionMaskInterface.register(name, _no_mask)
     return ATTENTION_NAME
 
 
@@ -169,4 +262,18 @@ def use_for_text(model: torch.nn.Module) -> bool:
     text._attn_implementation = ATTENTION_NAME
     logger.info("packed rows: per-sample attention (%s: %s)", ATTENTION_NAME,
                 "torch varlen kernel on CUDA bf16/fp16, else one SDPA call per sample")
+    return True
+
+
+def use_for_vision(model: torch.nn.Module) -> bool:
+    """Switch the vision tower of ``model`` from SDPA to :data:`VISION_ATTENTION_NAME` (the same per-image
+    attention as one op: what ``model.compile`` needs to compile a vision block whole); False when the tower uses
+    another implementation (flash-attn's takes the bounds itself) or the model has none."""
+    config = getattr(model, "config", None)
+    vision = getattr(config, "vision_config", None)
+    if vision is None or vision._attn_implementation != "sdpa":
+        return False
+    register()
+    vision._attn_implementation = VISION_ATTENTION_NAME
+    logger.info("vision tower: per-image attention as one op (%s)", VISION_ATTENTION_NAME)
     return True
