@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainkit import tiny_config, token_mean_grads
+from trainkit import logged, run_training, tiny_config, token_mean_grads, write_config
 
 from vlforge.config.load import load_config
 from vlforge.config.problems import ConfigValidationError
@@ -226,6 +226,24 @@ def test_regional_compile_equals_eager_on_the_cpu(tmp_path, checkpoint, caplog):
         _close(got_grads, grads, rtol=1e-4)
         assert got == pytest.approx(expected, rel=1e-5)
     print("compile test:", ", ".join(times))
+
+
+@pytest.mark.slow
+def test_compile_and_selective_checkpointing_under_fsdp2_train_like_eager(tmp_path, checkpoint):
+    """`vlforge train` on two gloo ranks with FSDP2 units on the blocks: compiled blocks with their checkpoints
+    inside (FSDP2's hooks outside the compiled code) log the losses of the eager run, packed image rows included."""
+    def config(name: str, **model) -> Path:
+        raw = tiny_config(tmp_path / name, checkpoint, model={"token_audit": False, "memory_plan": False, **model},
+                          packing={"packing": True, "packing_length": 200}, training={"max_steps": 2})
+        raw["fsdp"] = {"fsdp2": True, "transformer_layer_cls_to_wrap": ["Qwen3VLTextDecoderLayer", "Qwen3VLVisionBlock"]}
+        return write_config(tmp_path / f"{name}.yaml", raw)
+
+    run_training(config("eager"), 2)
+    proc = run_training(config("compiled", compile=True, activation_checkpointing="selective"), 2, timeout=900)
+    assert "their checkpoints inside the compiled code (4 blocks)" in proc.stderr
+    assert "compile: step 1 compiled" in proc.stderr and "compiled no graph" not in proc.stderr
+    eager = logged(tmp_path / "eager", "loss")
+    assert len(eager) == 2 and logged(tmp_path / "compiled", "loss") == pytest.approx(eager, rel=1e-5)
 
 
 def test_reshard_after_forward_auto_follows_the_start_up_plan(monkeypatch):
