@@ -5,8 +5,9 @@ For each data kind (``text``: chats of heavy-tailed length; ``image``: one image
 
 - ``vlforge``: the trainer of ``vlforge train`` itself (:class:`vlforge.train.trainer.Trainer`: its config, data
   pipeline with packing, loss, optimizer), once per lever variant (:data:`VARIANTS`: eager, regional compile, Liger
-  kernels, both, selective and full activation checkpointing, bfloat16 optimizer states). Its own step
-  (``_draw`` -> ``_step_totals`` -> ``train_step``) runs ``warmup`` steps, then ``steps`` timed steps, then
+  kernels, both, selective and full activation checkpointing, compile around selective, bfloat16 optimizer
+  states). Its own step (``_draw`` -> ``_step_totals`` -> ``train_step``) runs ``warmup`` steps, then ``steps``
+  timed steps, then
   ``profile`` steps under ``torch.profiler`` (CUDA only: the share of the wall time no kernel ran, and the top
   kernels). No checkpoint or export is written.
 - ``transformers.Trainer``: stock Trainer (sdpa, right-padded batches of the same processed samples, bf16 autocast
@@ -70,6 +71,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "compile+liger": {"model.compile": True, "use_liger_kernel": True},
     "selective": {"model.activation_checkpointing": "selective"},
     "full": {"model.activation_checkpointing": "full"},
+    "compile+selective": {"model.compile": True, "model.activation_checkpointing": "selective"},
     "bf16_states": {"training.optimizer_state_dtype": "bfloat16"},
     # what real:qwen3_vl_8b needs on one 141 GB GPU (vlforge plan): run it with --model real:qwen3_vl_8b
     "selective+bf16_states": {"model.activation_checkpointing": "selective", "training.optimizer_state_dtype": "bfloat16"},

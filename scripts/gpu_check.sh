@@ -22,7 +22,7 @@ SIZE=${3:-real}
 PY=${PYTHON:-python3}
 TOTAL=${TOTAL_LIMIT:-470}
 BENCH=${BENCH_LIMIT:-200}
-BENCH_ARGS=${BENCH_ARGS:---variants eager,compile,liger,compile+liger,selective,full,bf16_states \
+BENCH_ARGS=${BENCH_ARGS:---variants eager,compile,liger,compile+liger,selective,full,compile+selective,bf16_states \
 --variants-media eager,compile+liger --peers trainer,lmms --peer-data text,image}
 cd "$(dirname "$0")/.."
 mkdir -p "$OUT"

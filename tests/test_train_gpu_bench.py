@@ -46,7 +46,7 @@ def test_tiny_run_covers_every_variant_data_kind_and_the_trainer(tmp_path):
         assert all(math.isfinite(x) for x in run["losses"])
     text = {v: r for (e, d, v), r in runs.items() if e == "vlforge" and d == "text"}
     eager = text["eager"]["losses"]
-    for variant in ("selective", "full", "liger", "compile", "compile+liger"):  # the same maths, the same losses
+    for variant in ("selective", "full", "liger", "compile", "compile+liger", "compile+selective"):  # the same maths, the same losses
         assert text[variant]["losses"] == pytest.approx(eager, rel=1e-5), variant
     assert text["bf16_states"]["losses"][0] == eager[0]  # the first update equals AdamW's; later ones round
     assert text["bf16_states"]["levers_applied"]["optimizer_state_dtype"] == "bfloat16"
