@@ -7,9 +7,8 @@ For each data kind (``text``: chats of heavy-tailed length; ``image``: one image
   pipeline with packing, loss, optimizer), once per lever variant (:data:`VARIANTS`: eager, regional compile, Liger
   kernels, both, selective and full activation checkpointing, compile around selective, bfloat16 optimizer
   states). Its own step (``_draw`` -> ``_step_totals`` -> ``train_step``) runs ``warmup`` steps, then ``steps``
-  timed steps, then
-  ``profile`` steps under ``torch.profiler`` (CUDA only: the share of the wall time no kernel ran, and the top
-  kernels). No checkpoint or export is written.
+  timed steps, then ``profile`` steps under ``torch.profiler`` (CUDA only: the share of the wall time no kernel
+  ran, and the top kernels). No checkpoint or export is written.
 - ``transformers.Trainer``: stock Trainer (sdpa, right-padded batches of the same processed samples, bf16 autocast
   on CUDA, its default fused AdamW) for the same number of steps, each batch as many samples as fit a packed row
   when padded to the longest sample of the set (the same budget of computed tokens per step).
