@@ -306,3 +306,48 @@ def test_meta_memory_probes_run_the_torch_mixers_not_the_dispatched_kernels(monk
     assert text_layer_bytes(model, 256, torch.bfloat16) > 0
     with pytest.raises(AssertionError, match="kernel dispatch ran"):  # the dispatching functions are back
         stock.causal_conv1d_fn(torch.zeros(1, 2, 3), torch.zeros(2, 4))
+
+
+def test_the_mixers_as_ops_pass_torch_opcheck_and_equal_the_eager_functions(models):
+    """What ``torch.compile`` sees of a packed row's Gated DeltaNet (``vlforge::gated_deltanet_conv`` and
+    ``vlforge::gated_deltanet_rule``): torch's own checks of their schemas, fake kernels and autograd registration,
+    and their values and gradients against the eager per-sample functions on a row of four samples."""
+    from vlforge.models.linear_attention import (
+        _row_for,
+        gated_deltanet_conv,
+        gated_deltanet_rule,
+        packed_causal_conv1d,
+        packed_delta_rule,
+    )
+
+    model = models("qwen3_5")
+    use_for_packed_rows(model)
+    layer = next(m for m in model.modules() if type(m).__name__.endswith("GatedDeltaNet"))
+    modeling = type(layer).__module__
+    cu = torch.tensor([0, *itertools.accumulate(LENGTHS)])
+    length = int(cu[-1])
+    generator = torch.Generator().manual_seed(0)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator, dtype=torch.float64, requires_grad=True)
+
+    weight = layer.conv1d.weight.squeeze(1).detach().clone().requires_grad_()
+    x = rand(1, weight.shape[0], length)
+    torch.library.opcheck(gated_deltanet_conv, (x, weight, None, cu, modeling))
+    got = gated_deltanet_conv(x, weight, None, cu, modeling)
+    want = packed_causal_conv1d(layer, x, _row_for(cu, length))  # the layer's own weight: the same values
+    torch.testing.assert_close(got, want)
+    grad = torch.randn(got.shape, generator=generator, dtype=torch.float64)
+    torch.testing.assert_close(torch.autograd.grad(got, x, grad)[0], torch.autograd.grad(want, x, grad)[0])
+
+    hk, hv = layer.num_k_heads, layer.num_v_heads
+    inputs = (rand(1, length, hk, layer.head_k_dim), rand(1, length, hk, layer.head_k_dim),
+              rand(1, length, hv, layer.head_v_dim), -F.softplus(rand(1, length, hv)).detach().requires_grad_(),
+              rand(1, length, hv).sigmoid().detach().requires_grad_())
+    torch.library.opcheck(gated_deltanet_rule, (*inputs, cu, modeling))
+    got = gated_deltanet_rule(*inputs, cu, modeling)
+    want = packed_delta_rule(layer, *inputs, _row_for(cu, length))
+    torch.testing.assert_close(got, want)
+    grad = torch.randn(got.shape, generator=generator, dtype=torch.float64)
+    for a, b in zip(torch.autograd.grad(got, inputs, grad), torch.autograd.grad(want, inputs, grad), strict=True):
+        torch.testing.assert_close(a, b)

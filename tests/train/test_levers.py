@@ -228,6 +228,27 @@ def test_regional_compile_equals_eager_on_the_cpu(tmp_path, checkpoint, caplog):
     print("compile test:", ", ".join(times))
 
 
+def test_compiled_qwen3_5_layers_of_both_kinds_keep_loss_and_grads(tmp_path, tiny_checkpoint):
+    """Qwen3.5 with selective checkpointing: its Gated DeltaNet layers compile too (the packed row's conv and delta
+    rule as ops), so both layer kinds give a graph; one packed step's loss and gradients equal eager's."""
+    from vlforge.models.blocks import compiled_graphs
+
+    checkpoint = tiny_checkpoint("qwen3_5")
+    data = _text_rows(tmp_path / "text.jsonl")
+    packed = {"packing": {"packing": True, "packing_length": 200}}
+    eager = _trainer(tmp_path, checkpoint, data, **packed)
+    batches = eager._draw()
+    loss, grads = token_mean_grads(eager, batches)
+    compiled = _trainer(tmp_path, checkpoint, data, model={"compile": True, "activation_checkpointing": "selective"},
+                        **packed)
+    before = compiled_graphs()
+    got_loss, got_grads = token_mean_grads(compiled, batches)
+    assert compiled_graphs() - before >= 2  # the linear-attention layer's graph and the full-attention layer's
+    assert got_loss == pytest.approx(loss, rel=1e-5)
+    assert any("linear_attn" in name for name in got_grads)
+    _close(got_grads, grads, rtol=1e-4)
+
+
 @pytest.mark.slow
 def test_compile_and_selective_checkpointing_under_fsdp2_train_like_eager(tmp_path, checkpoint):
     """`vlforge train` on two gloo ranks with FSDP2 units on the blocks: compiled blocks with their checkpoints

@@ -22,8 +22,9 @@ change.
 
 Regional compilation (``model.compile``): each such block's forward runs through one ``torch.compile``'d function
 (parameter names, ``state_dict`` keys and FSDP2 units stay as they are; identical blocks share its graphs), with a
-checkpointed block's checkpoint inside it (:func:`compile_blocks` says why). Packed attention, text and vision, is
-one op there (``vlforge.models.varlen``), so a block is one graph.
+checkpointed block's checkpoint inside it (:func:`compile_blocks` says why). Packed attention, text and vision
+(``vlforge.models.varlen``), and the Gated DeltaNet mixers of a packed row (``vlforge.models.linear_attention``)
+are ops there, so a block is one graph.
 
 Example:
     >>> from vlforge.models.presets import meta_model
@@ -38,6 +39,7 @@ import functools
 import importlib
 import logging
 import time
+import types
 from collections import Counter
 from typing import Any
 
@@ -157,8 +159,12 @@ def apply_checkpointing(model: torch.nn.Module, mode: str, family_name: str) -> 
 def compile_blocks(model: torch.nn.Module, family_name: str, **options: Any) -> Counter:
     """Compile the forward of every block of ``model`` (the compilation itself happens on first use).
 
-    One compiled function serves every block (identical blocks share its graphs). A checkpointed block is
-    compiled around its checkpoint, as torchtitan orders them: transformers' own checkpoint call (in
+    Blocks of one kind (class and child modules: Qwen3.5's linear- and full-attention layers are two kinds, a
+    dense and a sparse MoE layer too) share one compiled function and its graphs; each kind has its own function,
+    so each has dynamo's whole cache of ``recompile_limit`` entries (a static and a dynamic shape, training and
+    eval) instead of every kind of the model sharing one, which a vision tower and two layer kinds overflow within
+    two steps (the overflow runs eager, silently but for dynamo's warning). A checkpointed block is compiled
+    around its checkpoint, as torchtitan orders them: transformers' own checkpoint call (in
     ``GradientCheckpointingLayer.__call__``) would run the compiled code inside the checkpoint's saved-tensor
     hooks, where dynamo compiles nothing, so the checkpoint moves into the compiled function (same checkpoint
     function and policy; dynamo traces it as one region and compiles the recomputation with it). Module hooks
@@ -169,27 +175,50 @@ def compile_blocks(model: torch.nn.Module, family_name: str, **options: Any) -> 
         raise ConfigError(f"model.compile: {type(model).__name__} has no {record.text_layer_class} or "
                           f"{record.vision_block_class} (family {family_name})")
     varlen.use_for_vision(model)  # the towers' per-image attention as one op, not a host-side split
-    eager = _eager_regions(model)
-    compiled = torch.compile(_block_forward, **options)
-    checkpointed, left = 0, 0
+    limit = _raise_recompile_limit()
+    compiled: dict[tuple[str, ...], Any] = {}
+    checkpointed = 0
     for _, module in block_modules(model, family_name):
+        kind = (type(module).__name__, *(f"{name}:{type(child).__name__}" for name, child in module._modules.items()))
+        if kind not in compiled:
+            compiled[kind] = torch.compile(_own_copy(_block_forward, len(compiled)), **options)
         checkpoint = None
         if getattr(module, "gradient_checkpointing", False):
-            if any(_is_eager_region(m) for m in module.modules()):
-                left += 1  # a checkpoint dynamo cannot trace whole runs eager: leave it to transformers, uncompiled
-                continue
             checkpoint = module._gradient_checkpointing_func
             module.gradient_checkpointing = False  # transformers' __call__ no longer checkpoints: the compiled code does
             checkpointed += 1
-        module.forward = functools.partial(compiled, module.forward, checkpoint)
+        module.forward = functools.partial(compiled[kind], module.forward, checkpoint)
         module._vlforge_compiled = True
-    logger.info("compile: torch.compile on %s%s (compiled on first use; the time is logged)%s", _describe(counts),
-                f", their checkpoints inside the compiled code ({checkpointed} blocks)" if checkpointed else "",
-                f"; run eager between the compiled parts: {', '.join(eager)}" if eager else "")
-    if left:
-        logger.warning("model.compile: %d checkpointed block(s) with a packed Gated DeltaNet forward stay eager (a "
-                       "checkpoint dynamo cannot trace whole is not compiled); the other blocks compile", left)
+    logger.info("compile: torch.compile on %s (%d kinds, up to %d graphs each)%s (compiled on first use; the time "
+                "is logged)", _describe(counts), len(compiled), limit,
+                f", their checkpoints inside the compiled code ({checkpointed} blocks)" if checkpointed else "")
     return counts
+
+
+RECOMPILE_LIMIT = 32
+"""Graphs dynamo keeps per compiled function (its ``recompile_limit``, 8 by default), raised to this: a block kind
+takes one per static and dynamic shape, training and eval, and each set of keyword arguments the model passes
+through (a batch with a video hands the vision blocks ``second_per_grid_ts``, one without does not), so 8 run out
+within a few steps of mixed media and every later variant runs eager."""
+
+
+def _raise_recompile_limit() -> int:
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    if config.recompile_limit < RECOMPILE_LIMIT:
+        logger.info("compile: dynamo's recompile_limit %d -> %d (see vlforge.models.blocks.RECOMPILE_LIMIT)",
+                    config.recompile_limit, RECOMPILE_LIMIT)
+        config.recompile_limit = RECOMPILE_LIMIT
+    return config.recompile_limit
+
+
+def _own_copy(function: Any, number: int) -> Any:
+    """``function`` with a code object of its own (dynamo keeps its cache on the code object)."""
+    code = function.__code__.replace(co_name=f"{function.__name__}_{number}")
+    copy = types.FunctionType(code, function.__globals__, code.co_name, function.__defaults__, function.__closure__)
+    copy.__doc__ = function.__doc__
+    return copy
 
 
 def _block_forward(forward: Any, checkpoint: Any, *args: Any, **kwargs: Any) -> Any:
@@ -204,22 +233,6 @@ def _block_forward(forward: Any, checkpoint: Any, *args: Any, **kwargs: Any) -> 
 def is_compiled(module: torch.nn.Module) -> bool:
     """Whether :func:`compile_blocks` compiled ``module``'s forward."""
     return bool(module.__dict__.get("_vlforge_compiled"))
-
-
-def _eager_regions(model: torch.nn.Module) -> list[str]:
-    """Keep dynamo out of vlforge's packed Gated DeltaNet forwards inside the blocks (their sample bounds are
-    host-side Python, cached per row: traced, each new row would be a new graph): they run eager between the
-    compiled parts. vlforge's packed attention needs no such break: under compile it is one op
-    (``vlforge.models.varlen``)."""
-    layers = [m for m in model.modules() if "_vlforge_stock_forward" in m.__dict__ and not _is_eager_region(m)]
-    for module in layers:
-        module.forward = torch.compiler.disable(module.forward)
-        module.forward._vlforge_eager = True
-    return [f"{len(layers)} packed Gated DeltaNet forwards"] if layers else []
-
-
-def _is_eager_region(module: torch.nn.Module) -> bool:
-    return getattr(module.__dict__.get("forward"), "_vlforge_eager", False)
 
 
 def compiled_graphs() -> int:

@@ -44,6 +44,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from vlforge.models.opaque import grad_shapes, recomputed_grads, same_tensor
+
 logger = logging.getLogger(__name__)
 
 BOUNDARY_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
@@ -121,12 +123,17 @@ class _Row:
 _LAST_ROW: list[_Row] = []
 
 
+def _is_source(row: _Row, tensor: torch.Tensor) -> bool:
+    known = row.source()
+    return known is not None and same_tensor(known, tensor)
+
+
 def _row_of(kwargs: dict[str, Any], length: int) -> _Row | None:
     cu = kwargs.get("cu_seq_lens_q")
     source = cu if cu is not None else kwargs.get("seq_idx")  # or a per-token sample index (DataCollatorWithFlattening)
     if source is None:
         return None
-    if _LAST_ROW and _LAST_ROW[0].source() is source and _LAST_ROW[0].length == length:
+    if _LAST_ROW and _LAST_ROW[0].length == length and _is_source(_LAST_ROW[0], source):
         return _LAST_ROW[0]
     if cu is None:
         idx = source.reshape(-1)
@@ -334,6 +341,11 @@ def packed_causal_conv1d(module: torch.nn.Module, x: torch.Tensor, row: _Row,
     weight, bias = module.conv1d.weight.squeeze(1), module.conv1d.bias
     if channels is not None:
         weight, bias = weight[channels], None if bias is None else bias[channels]
+    return _conv(module, x, weight, bias, row)
+
+
+def _conv(module: torch.nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+          row: _Row) -> torch.Tensor:
     found = kernels_on(module, x.device) if _kernel_device(x) else Kernels()
     if found.conv is not None:
         seq_idx, cu = row.kernel_index(x.device)
@@ -351,10 +363,122 @@ def packed_delta_rule(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     return _torch_rule(module, query, key, value, g, beta, row.bounds)
 
 
+# -- under torch.compile: the two mixers as opaque ops (vlforge.models.opaque) --------------------------------------
+_LAYERS: dict[str, Any] = {}
+"""Modeling module name -> a weak reference to one of its Gated DeltaNet layers (the ops take no module: the kernel
+checks and transformers' torch functions are the same for every layer of a model)."""
+
+
+def _layer(modeling: str) -> torch.nn.Module:
+    layer = _LAYERS[modeling]()
+    if layer is None:
+        raise RuntimeError(f"no live Gated DeltaNet layer of {modeling} (use_for_packed_rows was not called on it)")
+    return layer
+
+
+def _row_for(cu_seqlens: torch.Tensor, length: int) -> _Row:
+    return _row_of({"cu_seq_lens_q": cu_seqlens}, length)
+
+
+@torch.library.custom_op("vlforge::gated_deltanet_conv", mutates_args=())
+def gated_deltanet_conv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cu_seqlens: torch.Tensor,
+                        modeling: str) -> torch.Tensor:
+    """:func:`packed_causal_conv1d` as one op: (1, C, T) in and out."""
+    return _conv_eager(x, weight, bias, cu_seqlens, modeling).contiguous()
+
+
+def _conv_eager(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cu_seqlens: torch.Tensor,
+                modeling: str) -> torch.Tensor:
+    return _conv(_layer(modeling), x, weight, bias, _row_for(cu_seqlens, x.shape[-1]))
+
+
+@gated_deltanet_conv.register_fake
+def _conv_shape(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cu_seqlens: torch.Tensor,
+                modeling: str) -> torch.Tensor:
+    return x.new_empty(x.shape)
+
+
+@torch.library.custom_op("vlforge::gated_deltanet_conv_backward", mutates_args=())
+def _conv_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                   cu_seqlens: torch.Tensor, modeling: str) -> list[torch.Tensor]:
+    return recomputed_grads(lambda *t: _conv_eager(*t, cu_seqlens, modeling), [x, weight, bias], grad)
+
+
+@_conv_backward.register_fake
+def _conv_backward_shape(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                         cu_seqlens: torch.Tensor, modeling: str) -> list[torch.Tensor]:
+    return grad_shapes([x, weight, bias])
+
+
+def _keep_conv_inputs(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    x, weight, bias, cu_seqlens, ctx.modeling = inputs
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(x, weight, bias, cu_seqlens)
+
+
+def _conv_grads(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    x, weight, bias, cu_seqlens = ctx.saved_tensors
+    dx, dw, db = _conv_backward(grad.contiguous(), x, weight, bias if ctx.has_bias else None, cu_seqlens,
+                                ctx.modeling)
+    return dx, dw, db if ctx.has_bias else None, None, None
+
+
+gated_deltanet_conv.register_autograd(_conv_grads, setup_context=_keep_conv_inputs)
+
+
+@torch.library.custom_op("vlforge::gated_deltanet_rule", mutates_args=())
+def gated_deltanet_rule(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor,
+                        beta: torch.Tensor, cu_seqlens: torch.Tensor, modeling: str) -> torch.Tensor:
+    """:func:`packed_delta_rule` as one op: (1, T, H, D) in, (1, T, value heads, value dim) out."""
+    return _rule_eager(query, key, value, g, beta, cu_seqlens, modeling).contiguous()
+
+
+def _rule_eager(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                cu_seqlens: torch.Tensor, modeling: str) -> torch.Tensor:
+    row = _row_for(cu_seqlens, query.shape[1])
+    return packed_delta_rule(_layer(modeling), query, key, value, g, beta, row).to(query.dtype)
+
+
+@gated_deltanet_rule.register_fake
+def _rule_shape(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
+                cu_seqlens: torch.Tensor, modeling: str) -> torch.Tensor:
+    return value.new_empty(value.shape, dtype=query.dtype)
+
+
+@torch.library.custom_op("vlforge::gated_deltanet_rule_backward", mutates_args=())
+def _rule_backward(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor,
+                   beta: torch.Tensor, cu_seqlens: torch.Tensor, modeling: str) -> list[torch.Tensor]:
+    return recomputed_grads(lambda *t: _rule_eager(*t, cu_seqlens, modeling), [query, key, value, g, beta], grad)
+
+
+@_rule_backward.register_fake
+def _rule_backward_shape(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                         g: torch.Tensor, beta: torch.Tensor, cu_seqlens: torch.Tensor,
+                         modeling: str) -> list[torch.Tensor]:
+    return grad_shapes([query, key, value, g, beta])
+
+
+def _keep_rule_inputs(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
+    *tensors, ctx.modeling = inputs
+    ctx.save_for_backward(*tensors)
+
+
+def _rule_grads(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+    *tensors, cu_seqlens = ctx.saved_tensors
+    return (*_rule_backward(grad.contiguous(), *tensors, cu_seqlens, ctx.modeling), None, None)
+
+
+gated_deltanet_rule.register_autograd(_rule_grads, setup_context=_keep_rule_inputs)
+
+
 def packed_forward(self: torch.nn.Module, hidden_states: torch.Tensor, cache: Any = None,
                    attention_mask: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
     """The Gated DeltaNet forward with sample boundaries (see the module docstring)."""
     cache = kwargs.pop("cache_params", cache)  # the stock forward's older name
+    cu = kwargs.get("cu_seq_lens_q")
+    if torch.compiler.is_compiling() and cu is not None and cache is None and hidden_states.shape[0] == 1:
+        stock = vars(sys.modules[type(self).__module__])
+        return mix(self, stock["apply_mask_to_padding_states"](hidden_states, attention_mask), cu)
     row = _row_of(kwargs, hidden_states.shape[1])
     rest = {k: v for k, v in kwargs.items() if k not in BOUNDARY_KEYS}
     if row is None:
@@ -368,10 +492,17 @@ def packed_forward(self: torch.nn.Module, hidden_states: torch.Tensor, cache: An
     return mix(self, hidden_states, row)
 
 
-def mix(self: torch.nn.Module, hidden_states: torch.Tensor, row: _Row) -> torch.Tensor:
-    """Projections, the per-sample conv and delta rule, the gated norm and the output projection of one row."""
+def mix(self: torch.nn.Module, hidden_states: torch.Tensor, row: _Row | torch.Tensor) -> torch.Tensor:
+    """Projections, the per-sample conv and delta rule, the gated norm and the output projection of one row;
+    ``row``: its bounds, or under compile the tensor of its bounds (the mixers then run as ops)."""
     batch, length, _ = hidden_states.shape
-    mixed = packed_causal_conv1d(self, self.in_proj_qkv(hidden_states).transpose(1, 2), row).transpose(1, 2)
+    qkv = self.in_proj_qkv(hidden_states).transpose(1, 2)
+    if isinstance(row, torch.Tensor):
+        modeling = type(self).__module__
+        mixed = gated_deltanet_conv(qkv, self.conv1d.weight.squeeze(1), self.conv1d.bias, row, modeling)
+    else:
+        mixed = packed_causal_conv1d(self, qkv, row)
+    mixed = mixed.transpose(1, 2)
     z = self.in_proj_z(hidden_states).reshape(batch, length, -1, self.head_v_dim)
     b, a = self.in_proj_b(hidden_states), self.in_proj_a(hidden_states)
     query, key, value = torch.split(mixed, [self.key_dim, self.key_dim, self.value_dim], dim=-1)
@@ -380,7 +511,10 @@ def mix(self: torch.nn.Module, hidden_states: torch.Tensor, row: _Row) -> torch.
     value = value.reshape(batch, length, -1, self.head_v_dim)
     beta = b.sigmoid()
     g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias)
-    core = packed_delta_rule(self, query, key, value, g, beta, row)
+    if isinstance(row, torch.Tensor):
+        core = gated_deltanet_rule(query, key, value, g, beta, row, type(self).__module__)
+    else:
+        core = packed_delta_rule(self, query, key, value, g, beta, row)
     core = self.norm(core.reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
     return self.out_proj(core.reshape(batch, length, -1))
 
@@ -410,6 +544,7 @@ def use_for_packed_rows(model: torch.nn.Module) -> LinearAttentionPatch:
     if not patch.modules:
         raise ValueError(f"{type(model).__name__} has no Gated DeltaNet layer to make packed-row aware")
     for module in patch.modules:
+        _LAYERS[type(module).__module__] = weakref.ref(module)
         if "_vlforge_stock_forward" not in module.__dict__:
             module._vlforge_stock_forward = module.forward
             module.forward = types.MethodType(packed_forward, module)

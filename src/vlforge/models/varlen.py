@@ -34,6 +34,8 @@ from typing import Any
 import torch
 from torch.nn import functional as F
 
+from vlforge.models.opaque import grad_shapes, recomputed_grads, same_tensor
+
 logger = logging.getLogger(__name__)
 
 ATTENTION_NAME = "vlforge_varlen"
@@ -67,17 +69,10 @@ def _split(cu: list[int], length: int) -> tuple[list[tuple[int, int]], bool]:
     return out, tail
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """``b`` is the tensor ``a`` (or a view of its unchanged memory: a compiled graph may hand an op another
-    tensor object over the same storage; ``_RECENT`` holds ``a``, so its memory cannot have been reused)."""
-    return a is b or (a.device == b.device and a.dtype == b.dtype and a.shape == b.shape
-                      and a.stride() == b.stride() and a.data_ptr() == b.data_ptr() and a._version == b._version)
-
-
 def _bounds(cu_seqlens: torch.Tensor, length: int) -> tuple[list[tuple[int, int]], bool]:
     """``([start, end) per sample, whether a pad tail beyond the last sample was added)``."""
     for tensor, known_length, bounds in _RECENT:
-        if known_length == length and _same(tensor, cu_seqlens):
+        if known_length == length and same_tensor(tensor, cu_seqlens):
             return bounds
     found = _split([int(x) for x in cu_seqlens.tolist()], length)
     _remember(cu_seqlens, length, found)
@@ -190,30 +185,15 @@ def _packed_attention_shape(query: torch.Tensor, key: torch.Tensor, value: torch
 
 @torch.library.custom_op("vlforge::packed_attention_backward", mutates_args=())
 def _packed_attention_backward(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                               cu_seqlens: torch.Tensor, scale: float | None, causal: bool,
-                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                               cu_seqlens: torch.Tensor, scale: float | None, causal: bool) -> list[torch.Tensor]:
     """Gradients of :func:`packed_attention`: the forward again under autograd, then its backward."""
-    with _autograd_inside_op(), torch.enable_grad():
-        leaves = [t.detach().requires_grad_() for t in (query, key, value)]
-        out = _attend(*leaves, cu_seqlens, scale, causal)
-        grads = torch.autograd.grad(out, leaves, grad)
-    return tuple(g.contiguous() for g in grads)  # as the shapes below say
-
-
-def _autograd_inside_op() -> Any:
-    """A guard under which autograd records again inside a custom op's kernel (the dispatcher runs kernels with
-    autograd's dispatch keys excluded; autocast's stay excluded, as in the forward)."""
-    C = torch._C
-    exclude = C._dispatch_tls_local_exclude_set()
-    exclude = exclude.remove(C.DispatchKey.AutogradFunctionality).remove(C.DispatchKey.ADInplaceOrView)
-    return C._ForceDispatchKeyGuard(C._dispatch_tls_local_include_set(), exclude)
+    return recomputed_grads(lambda q, k, v: _attend(q, k, v, cu_seqlens, scale, causal), [query, key, value], grad)
 
 
 @_packed_attention_backward.register_fake
 def _packed_attention_backward_shape(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                                     cu_seqlens: torch.Tensor, scale: float | None, causal: bool,
-                                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return tuple(t.new_empty(t.shape) for t in (query, key, value))
+                                     cu_seqlens: torch.Tensor, scale: float | None, causal: bool) -> list[torch.Tensor]:
+    return grad_shapes([query, key, value])
 
 
 def _keep_inputs(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:

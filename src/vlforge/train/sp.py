@@ -287,8 +287,9 @@ def setup_sequence_parallel(model: torch.nn.Module, degree: int, ctx: Any) -> Se
         from transformers import AttentionInterface
 
         AttentionInterface.register(ATTENTION_NAME, torch.compiler.disable(ulysses_attention))
-        logger.warning("model.compile with sequence parallelism: the Ulysses attention runs eager between the "
-                       "compiled parts, and a checkpointed decoder layer is not compiled at all")
+        logger.warning("model.compile with sequence parallelism: the Ulysses attention (and Gated DeltaNet) "
+                       "forwards run eager between the compiled parts, and a checkpointed decoder layer is not "
+                       "compiled at all")
     text.config._attn_implementation = ATTENTION_NAME
     for module in text.modules():
         if hasattr(module, "q_proj") and hasattr(module, "o_proj"):

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
+from vlforge.models.blocks import is_compiled
 from vlforge.models.linear_attention import (
     is_gated_deltanet,
     packed_causal_conv1d,
@@ -98,13 +99,15 @@ def split_linear_attention(model: torch.nn.Module, state: SequenceParallel) -> i
     modules = [m for m in model.modules() if is_gated_deltanet(m)]
     if not modules:
         raise ValueError(f"{type(model).__name__} has no Gated DeltaNet layer to split by heads")
+    compiled = any(is_compiled(m) for m in model.modules())
     for module in modules:
         if module.num_k_heads % state.degree or module.num_v_heads % module.num_k_heads:
             raise ValueError(f"sp_ulysses_degree {state.degree} cannot split {module.num_k_heads} key / "
                              f"{module.num_v_heads} value heads of the Gated DeltaNet layers")
         module.__dict__.setdefault("_vlforge_stock_forward", module.forward)
         module.vlforge_sp_group = state.group
-        module.forward = types.MethodType(ulysses_forward, module)
+        forward = types.MethodType(ulysses_forward, module)
+        module.forward = torch.compiler.disable(forward) if compiled else forward  # its all-to-alls and bounds
     logger.info("sequence parallel: %d Gated DeltaNet layer(s) split by heads (%d key heads per rank)",
                 len(modules), modules[0].num_k_heads // state.degree)
     return len(modules)
