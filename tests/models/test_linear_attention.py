@@ -351,3 +351,30 @@ def test_the_mixers_as_ops_pass_torch_opcheck_and_equal_the_eager_functions(mode
     grad = torch.randn(got.shape, generator=generator, dtype=torch.float64)
     for a, b in zip(torch.autograd.grad(got, inputs, grad), torch.autograd.grad(want, inputs, grad), strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_a_compiled_gated_deltanet_layer_under_autocast_equals_eager():
+    """Under compile the packed conv and delta rule run as ops with autocast off: the layer casts the conv's inputs
+    as eager autocast does, so a bfloat16-autocast forward and backward match eager (aot_eager: dynamo +
+    AOTAutograd, no C++ builds)."""
+    model = load("tiny:qwen3_5").model.train()
+    use_for_packed_rows(model)
+    layer = next(m for m in model.modules() if type(m).__name__.endswith("GatedDeltaNet"))
+    cu = torch.tensor([0, *itertools.accumulate(LENGTHS)])
+    hidden = torch.randn(1, int(cu[-1]), layer.hidden_size, generator=torch.Generator().manual_seed(0))
+
+    def run(forward):
+        layer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = forward(hidden, cu_seq_lens_q=cu)
+        out.float().square().sum().backward()
+        return out, {n: p.grad.clone() for n, p in layer.named_parameters() if p.grad is not None}
+
+    torch._dynamo.reset()
+    eager, eager_grads = run(layer.forward)
+    compiled, grads = run(torch.compile(layer.forward, backend="aot_eager", fullgraph=True))
+    assert compiled.dtype == eager.dtype == torch.bfloat16
+    torch.testing.assert_close(compiled.float(), eager.float(), rtol=2e-2, atol=2e-2)
+    assert grads.keys() == eager_grads.keys() and "conv1d.weight" in grads
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, eager_grads[name], rtol=5e-2, atol=5e-2, msg=name)

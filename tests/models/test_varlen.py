@@ -186,3 +186,23 @@ def test_vision_tower_through_the_packed_op_equals_its_sdpa_path(family, tiny_ch
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
     for name in grads:
         torch.testing.assert_close(grads[name], stock_grads[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_compiled_packed_attention_under_autocast_takes_what_eager_autocast_gives_it():
+    """A compiled graph runs its ops with autocast off: the op's caller casts q/k/v as autocast casts SDPA's (here
+    q and k in float32 beside a bfloat16 v, as a q/k norm with float32 weights leaves them); aot_eager is dynamo +
+    AOTAutograd without inductor's C++ builds."""
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 2, 9, 4), torch.randn(1, 2, 9, 4)
+    v = torch.randn(1, 2, 9, 4).bfloat16()
+    cu = torch.tensor([0, 4, 9])
+
+    def attend(q, k, v):
+        return varlen_attention(None, q, k, v, None, cu_seq_lens_q=cu)[0]
+
+    torch._dynamo.reset()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        eager = attend(q, k, v)
+        compiled = torch.compile(attend, backend="aot_eager", fullgraph=True)(q, k, v)
+    assert eager.dtype == compiled.dtype == torch.bfloat16
+    torch.testing.assert_close(compiled, eager)

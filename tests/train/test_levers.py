@@ -218,7 +218,7 @@ def test_regional_compile_equals_eager_on_the_cpu(tmp_path, checkpoint, caplog):
         assert "compile: torch.compile on 2 Qwen3VLTextDecoderLayer + 2 Qwen3VLVisionBlock" in caplog.text
         assert ("their checkpoints inside the compiled code (4 blocks)" in caplog.text) == (mode != "none")
         assert "vision tower: per-image attention as one op" in caplog.text
-        assert "compiled no graph" not in caplog.text
+        assert "compiled no graph" not in caplog.text and "broke" not in caplog.text  # no graph break in a block
         layer = next(m for m in compiled.model.modules() if type(m).__name__ == "Qwen3VLTextDecoderLayer")
         assert is_compiled(layer) and not layer.gradient_checkpointing  # the checkpoint runs inside the compiled code
         assert "model.language_model.layers.0.self_attn.q_proj.weight" in dict(compiled.model.named_parameters())
@@ -226,6 +226,27 @@ def test_regional_compile_equals_eager_on_the_cpu(tmp_path, checkpoint, caplog):
         _close(got_grads, grads, rtol=1e-4)
         assert got == pytest.approx(expected, rel=1e-5)
     print("compile test:", ", ".join(times))
+
+
+def test_a_graph_break_in_a_step_is_a_warning(caplog):
+    """CompileWatch names a step's graph breaks (one inside a checkpointed block runs the block eager)."""
+    from vlforge.models.blocks import CompileWatch
+
+    def broken(x):
+        x = x + 1
+        torch._dynamo.graph_break()
+        return x * 2
+
+    compiled = torch.compile(broken, backend="eager")
+    watch = CompileWatch()
+    with caplog.at_level(logging.WARNING, logger="vlforge.models.blocks"):
+        watch.begin()
+        assert torch.equal(compiled(torch.ones(2)), torch.full((2,), 4.0))
+        watch.end(1)
+        watch.begin()
+        compiled(torch.ones(2))  # the same graphs again: no new break
+        watch.end(2)
+    assert "model.compile: step 1 broke 1 graph(s)" in caplog.text and "step 2 broke" not in caplog.text
 
 
 def test_compiled_qwen3_5_layers_of_both_kinds_keep_loss_and_grads(tmp_path, tiny_checkpoint):
@@ -263,6 +284,7 @@ def test_compile_and_selective_checkpointing_under_fsdp2_train_like_eager(tmp_pa
     proc = run_training(config("compiled", compile=True, activation_checkpointing="selective"), 2, timeout=900)
     assert "their checkpoints inside the compiled code (4 blocks)" in proc.stderr
     assert "compile: step 1 compiled" in proc.stderr and "compiled no graph" not in proc.stderr
+    assert "broke" not in proc.stderr  # FSDP2's hooks stay outside the compiled code: no graph break
     eager = logged(tmp_path / "eager", "loss")
     assert len(eager) == 2 and logged(tmp_path / "compiled", "loss") == pytest.approx(eager, rel=1e-5)
 

@@ -164,11 +164,12 @@ def compile_blocks(model: torch.nn.Module, family_name: str, **options: Any) -> 
     so each has dynamo's whole cache of ``recompile_limit`` entries (a static and a dynamic shape, training and
     eval) instead of every kind of the model sharing one, which a vision tower and two layer kinds overflow within
     two steps (the overflow runs eager, silently but for dynamo's warning). A checkpointed block is compiled
-    around its checkpoint, as torchtitan orders them: transformers' own checkpoint call (in
-    ``GradientCheckpointingLayer.__call__``) would run the compiled code inside the checkpoint's saved-tensor
-    hooks, where dynamo compiles nothing, so the checkpoint moves into the compiled function (same checkpoint
-    function and policy; dynamo traces it as one region and compiles the recomputation with it). Module hooks
-    (FSDP2's) stay outside the compiled code."""
+    around its checkpoint, as torchtitan orders them: under ``module.compile()`` transformers' checkpointing (its
+    layers' forward wrapper) runs inside the compiled call, and with the checkpoint's saved-tensor hooks dynamo
+    compiled no graph (measured through ``vlforge train``), so the checkpoint moves into the compiled function
+    (same checkpoint function and policy, transformers' flag off; dynamo traces it as one region and compiles the
+    recomputation with it). Module hooks (FSDP2's) stay outside the compiled code. The checkpointing mode is fixed
+    from here on (``gradient_checkpointing_enable``/``disable`` no longer reach these blocks)."""
     counts = block_counts(model, family_name)
     if not counts:
         record = family(family_name)
@@ -226,8 +227,21 @@ def _block_forward(forward: Any, checkpoint: Any, *args: Any, **kwargs: Any) -> 
     when the block trains; as transformers' checkpointing layer, only the positional arguments are checkpoint
     inputs."""
     if checkpoint is not None and forward.__self__.training and torch.is_grad_enabled():
-        return checkpoint(functools.partial(forward, **kwargs), *args)
+        return checkpoint(functools.partial(forward, **_no_cache(forward.__self__, kwargs)), *args)
     return forward(*args, **kwargs)
+
+
+def _no_cache(module: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """What transformers' checkpointing wrapper does before it checkpoints: no KV cache is built (a recomputed
+    forward would append to it twice)."""
+    kwargs = dict(kwargs)
+    if kwargs.get("use_cache"):
+        kwargs["use_cache"] = False
+    if not getattr(module, "_can_checkpoint_with_cache", False):
+        for name in ("cache", "layer_past"):
+            if kwargs.get(name) is not None:
+                kwargs[name] = None
+    return kwargs
 
 
 def is_compiled(module: torch.nn.Module) -> bool:
@@ -242,13 +256,22 @@ def compiled_graphs() -> int:
     return int(counters.get("stats", {}).get("unique_graphs", 0))
 
 
+def graph_breaks() -> Counter:
+    """Reason -> how many times dynamo broke a graph in this process so far."""
+    from torch._dynamo.utils import counters
+
+    return Counter(counters.get("graph_break", {}))
+
+
 class CompileWatch:
     """Logs the steps during which new graphs were compiled, with their wall time (compilation included):
-    the first step, a step with a new shape, the first step with images."""
+    the first step, a step with a new shape, the first step with images. Graph breaks in a step are a warning:
+    one inside a checkpointed block runs that whole kind of block eager, even while other kinds compile."""
 
     def __init__(self, first_step: int = 1) -> None:
         self.first_step = first_step
         self.graphs = compiled_graphs()
+        self.breaks = graph_breaks()
         self.begun = 0.0
         self.total = 0.0
 
@@ -260,6 +283,14 @@ class CompileWatch:
         if step == self.first_step and graphs == self.graphs:
             logger.warning("model.compile: step %d compiled no graph: the blocks ran eager (see the warnings above; "
                            "TORCH_LOGS=graph_breaks says why)", step)
+        breaks = graph_breaks()
+        new = breaks - self.breaks
+        if new:
+            reason, count = new.most_common(1)[0]
+            logger.warning("model.compile: step %d broke %d graph(s) (%d reason(s); most often, %d times: %s); a break "
+                           "inside a checkpointed block runs that kind of block eager (TORCH_LOGS=graph_breaks says "
+                           "where)", step, sum(new.values()), len(new), count, reason.splitlines()[0][:200])
+            self.breaks = breaks
         if graphs > self.graphs:
             seconds = time.perf_counter() - self.begun
             self.total += seconds

@@ -44,7 +44,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from vlforge.models.opaque import grad_shapes, recomputed_grads, same_tensor
+from vlforge.models.opaque import (
+    autocast_inputs,
+    autograd_inside_op,
+    grad_shapes,
+    grads_or_none,
+    recomputed_grads,
+    same_tensor,
+    version,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +117,7 @@ class _Row:
     length: int
     bounds: list[tuple[int, int]]
     index: dict[Any, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    version: int | None = None  # the boundary tensor's version counter when read
 
     def kernel_index(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """``seq_idx`` (1, T) int32 for causal-conv1d and ``cu_seqlens`` int64 for fla, on ``device``."""
@@ -125,7 +134,7 @@ _LAST_ROW: list[_Row] = []
 
 def _is_source(row: _Row, tensor: torch.Tensor) -> bool:
     known = row.source()
-    return known is not None and same_tensor(known, tensor)
+    return known is not None and same_tensor(known, row.version, tensor)
 
 
 def _row_of(kwargs: dict[str, Any], length: int) -> _Row | None:
@@ -139,7 +148,7 @@ def _row_of(kwargs: dict[str, Any], length: int) -> _Row | None:
         idx = source.reshape(-1)
         starts = (torch.nonzero(idx[1:] != idx[:-1]).reshape(-1) + 1).tolist()
         cu = torch.tensor([0, *starts, idx.numel()])
-    row = _Row(weakref.ref(source), length, sample_bounds(cu, length))
+    row = _Row(weakref.ref(source), length, sample_bounds(cu, length), version=version(source))
     _LAST_ROW[:] = [row]
     return row
 
@@ -227,8 +236,9 @@ def _passes(name: str, fn: Any, check: Any) -> Any:
     if fn is None:
         return None
     try:
-        with torch.enable_grad(), torch.autocast("cuda", enabled=False), \
-                torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):  # outside any checkpointing
+        with autograd_inside_op(), torch.enable_grad(), torch.autocast("cuda", enabled=False), \
+                torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):  # outside any checkpointing and
+            # op kernel (under compile the first check runs inside the conv op, where autograd is off)
             error = check(fn)
     except Exception as exc:  # a kernel that cannot run here is left out, not fatal
         logger.warning("%s does not run here (%s: %s); Gated DeltaNet uses the torch path for it", name,
@@ -364,16 +374,15 @@ def packed_delta_rule(module: torch.nn.Module, query: torch.Tensor, key: torch.T
 
 
 # -- under torch.compile: the two mixers as opaque ops (vlforge.models.opaque) --------------------------------------
-_LAYERS: dict[str, Any] = {}
-"""Modeling module name -> a weak reference to one of its Gated DeltaNet layers (the ops take no module: the kernel
-checks and transformers' torch functions are the same for every layer of a model)."""
+_LAYERS: dict[str, weakref.WeakSet] = {}
+"""Modeling module name -> its live packed-row Gated DeltaNet layers (the ops take no module: the kernel checks and
+transformers' torch functions are the same for every layer of that module; any live one serves)."""
 
 
 def _layer(modeling: str) -> torch.nn.Module:
-    layer = _LAYERS[modeling]()
-    if layer is None:
-        raise RuntimeError(f"no live Gated DeltaNet layer of {modeling} (use_for_packed_rows was not called on it)")
-    return layer
+    for layer in _LAYERS.get(modeling, ()):
+        return layer
+    raise RuntimeError(f"no live Gated DeltaNet layer of {modeling} (use_for_packed_rows was not called on it)")
 
 
 def _row_for(cu_seqlens: torch.Tensor, length: int) -> _Row:
@@ -400,14 +409,14 @@ def _conv_shape(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 
 @torch.library.custom_op("vlforge::gated_deltanet_conv_backward", mutates_args=())
 def _conv_backward(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                   cu_seqlens: torch.Tensor, modeling: str) -> list[torch.Tensor]:
-    return recomputed_grads(lambda *t: _conv_eager(*t, cu_seqlens, modeling), [x, weight, bias], grad)
+                   cu_seqlens: torch.Tensor, modeling: str, needed: list[bool]) -> list[torch.Tensor]:
+    return recomputed_grads(lambda *t: _conv_eager(*t, cu_seqlens, modeling), [x, weight, bias], grad, needed)
 
 
 @_conv_backward.register_fake
 def _conv_backward_shape(grad: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                         cu_seqlens: torch.Tensor, modeling: str) -> list[torch.Tensor]:
-    return grad_shapes([x, weight, bias])
+                         cu_seqlens: torch.Tensor, modeling: str, needed: list[bool]) -> list[torch.Tensor]:
+    return grad_shapes([x, weight, bias], needed)
 
 
 def _keep_conv_inputs(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
@@ -418,9 +427,10 @@ def _keep_conv_inputs(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -
 
 def _conv_grads(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     x, weight, bias, cu_seqlens = ctx.saved_tensors
-    dx, dw, db = _conv_backward(grad.contiguous(), x, weight, bias if ctx.has_bias else None, cu_seqlens,
-                                ctx.modeling)
-    return dx, dw, db if ctx.has_bias else None, None, None
+    needed = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
+    grads = _conv_backward(grad.contiguous(), x, weight, bias if ctx.has_bias else None, cu_seqlens, ctx.modeling,
+                           needed)
+    return *grads_or_none(grads, needed), None, None
 
 
 gated_deltanet_conv.register_autograd(_conv_grads, setup_context=_keep_conv_inputs)
@@ -447,15 +457,16 @@ def _rule_shape(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: 
 
 @torch.library.custom_op("vlforge::gated_deltanet_rule_backward", mutates_args=())
 def _rule_backward(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor,
-                   beta: torch.Tensor, cu_seqlens: torch.Tensor, modeling: str) -> list[torch.Tensor]:
-    return recomputed_grads(lambda *t: _rule_eager(*t, cu_seqlens, modeling), [query, key, value, g, beta], grad)
+                   beta: torch.Tensor, cu_seqlens: torch.Tensor, modeling: str, needed: list[bool]) -> list[torch.Tensor]:
+    return recomputed_grads(lambda *t: _rule_eager(*t, cu_seqlens, modeling), [query, key, value, g, beta], grad,
+                            needed)
 
 
 @_rule_backward.register_fake
 def _rule_backward_shape(grad: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                         g: torch.Tensor, beta: torch.Tensor, cu_seqlens: torch.Tensor,
-                         modeling: str) -> list[torch.Tensor]:
-    return grad_shapes([query, key, value, g, beta])
+                         g: torch.Tensor, beta: torch.Tensor, cu_seqlens: torch.Tensor, modeling: str,
+                         needed: list[bool]) -> list[torch.Tensor]:
+    return grad_shapes([query, key, value, g, beta], needed)
 
 
 def _keep_rule_inputs(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
@@ -465,7 +476,9 @@ def _keep_rule_inputs(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -
 
 def _rule_grads(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
     *tensors, cu_seqlens = ctx.saved_tensors
-    return (*_rule_backward(grad.contiguous(), *tensors, cu_seqlens, ctx.modeling), None, None)
+    needed = list(ctx.needs_input_grad[:5])
+    grads = _rule_backward(grad.contiguous(), *tensors, cu_seqlens, ctx.modeling, needed)
+    return *grads_or_none(grads, needed), None, None
 
 
 gated_deltanet_rule.register_autograd(_rule_grads, setup_context=_keep_rule_inputs)
@@ -497,9 +510,9 @@ def mix(self: torch.nn.Module, hidden_states: torch.Tensor, row: _Row | torch.Te
     ``row``: its bounds, or under compile the tensor of its bounds (the mixers then run as ops)."""
     batch, length, _ = hidden_states.shape
     qkv = self.in_proj_qkv(hidden_states).transpose(1, 2)
-    if isinstance(row, torch.Tensor):
-        modeling = type(self).__module__
-        mixed = gated_deltanet_conv(qkv, self.conv1d.weight.squeeze(1), self.conv1d.bias, row, modeling)
+    if isinstance(row, torch.Tensor):  # the conv's inputs as autocast gives F.conv1d them in eager code
+        qkv, weight, bias = autocast_inputs(qkv, self.conv1d.weight.squeeze(1), self.conv1d.bias)
+        mixed = gated_deltanet_conv(qkv, weight, bias, row, type(self).__module__)
     else:
         mixed = packed_causal_conv1d(self, qkv, row)
     mixed = mixed.transpose(1, 2)
@@ -544,7 +557,7 @@ def use_for_packed_rows(model: torch.nn.Module) -> LinearAttentionPatch:
     if not patch.modules:
         raise ValueError(f"{type(model).__name__} has no Gated DeltaNet layer to make packed-row aware")
     for module in patch.modules:
-        _LAYERS[type(module).__module__] = weakref.ref(module)
+        _LAYERS.setdefault(type(module).__module__, weakref.WeakSet()).add(module)
         if "_vlforge_stock_forward" not in module.__dict__:
             module._vlforge_stock_forward = module.forward
             module.forward = types.MethodType(packed_forward, module)
