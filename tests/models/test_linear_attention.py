@@ -378,3 +378,22 @@ def test_a_compiled_gated_deltanet_layer_under_autocast_equals_eager():
     assert grads.keys() == eager_grads.keys() and "conv1d.weight" in grads
     for name, grad in grads.items():
         torch.testing.assert_close(grad, eager_grads[name], rtol=5e-2, atol=5e-2, msg=name)
+
+
+def test_a_kernel_check_inside_an_op_kernel_still_differentiates():
+    """Under compile the first Gated DeltaNet kernel check runs inside the conv op's kernel, where the dispatcher
+    has autograd off: the check (a forward and backward against the torch path) must still run, or every kernel
+    would be dropped as "does not run here"."""
+    from vlforge.models.linear_attention import _passes
+
+    def check(fn):
+        x = torch.ones(3, requires_grad=True)
+        (grad,) = torch.autograd.grad(fn(x).sum(), x)
+        return float((grad - 2).abs().max())
+
+    @torch.library.custom_op("vlforge_test::kernel_check", mutates_args=())
+    def checked(x: torch.Tensor) -> torch.Tensor:
+        kept = _passes("x * 2", lambda t: t * 2, check)
+        return x + (kept is not None)
+
+    assert float(checked(torch.zeros(()))) == 1.0

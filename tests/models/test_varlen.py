@@ -206,3 +206,15 @@ def test_compiled_packed_attention_under_autocast_takes_what_eager_autocast_give
         compiled = torch.compile(attend, backend="aot_eager", fullgraph=True)(q, k, v)
     assert eager.dtype == compiled.dtype == torch.bfloat16
     torch.testing.assert_close(compiled, eager)
+
+
+def test_cached_bounds_follow_an_in_place_edit_of_the_row_tensor():
+    """Bounds are cached per row tensor (read once per forward, not per layer); a write into that tensor, seen
+    through it or a view of its memory, is a new row."""
+    from vlforge.models.varlen import _bounds
+
+    cu = torch.tensor([0, 2, 6])
+    assert _bounds(cu, 6) == ([(0, 2), (2, 6)], False)
+    cu.copy_(torch.tensor([0, 4, 6]))
+    assert _bounds(cu[:], 6) == ([(0, 4), (4, 6)], False)
+    assert _bounds(cu, 6) == ([(0, 4), (4, 6)], False)
