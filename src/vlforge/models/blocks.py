@@ -46,7 +46,7 @@ from typing import Any
 import torch
 
 from vlforge.errors import ConfigError
-from vlforge.models import varlen
+from vlforge.models import linear_attention, varlen  # noqa: F401  (both register their ops)
 from vlforge.models.families import FAMILIES, family
 
 logger = logging.getLogger(__name__)
@@ -68,15 +68,16 @@ def _saved_ops() -> frozenset:
                 if hasattr(torch.ops.torch_attn, name)}
     except (ImportError, AttributeError, RuntimeError):  # a torch without it
         pass
-    ops.add(varlen.packed_attention._opoverload)  # vlforge's packed attention under compile
+    # vlforge's ops under compile: packed attention and the Gated DeltaNet delta rule (the conv is memory-bound)
+    ops |= {torch.ops.vlforge.packed_attention.default, torch.ops.vlforge.gated_deltanet_rule.default}
     return frozenset(ops)
 
 
 SAVED_OPS = _saved_ops()
 """Ops whose outputs selective checkpointing keeps: matrix multiplies (linear layers, MoE experts) and fused
-attention kernels (their output and log-sum-exp), torch's varlen attention op and vlforge's packed attention op
-included. The batched ``bmm`` of a
-math-path attention is not among them: it would keep the L x L scores."""
+attention kernels (their output and log-sum-exp), torch's varlen attention op, and under compile vlforge's packed
+attention and delta-rule ops. The batched ``bmm`` of a math-path attention is not among them: it would keep the
+L x L scores."""
 
 
 def selective_policy(ctx: Any, op: Any, *args: Any, **kwargs: Any) -> Any:
@@ -247,6 +248,12 @@ def _no_cache(module: torch.nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]
 def is_compiled(module: torch.nn.Module) -> bool:
     """Whether :func:`compile_blocks` compiled ``module``'s forward."""
     return bool(module.__dict__.get("_vlforge_compiled"))
+
+
+def any_compiled(model: torch.nn.Module) -> bool:
+    """Whether :func:`compile_blocks` compiled any block of ``model`` (what later forward swaps that dynamo cannot
+    trace, sequence parallelism's, ask before they keep dynamo out)."""
+    return any(is_compiled(m) for m in model.modules())
 
 
 def compiled_graphs() -> int:

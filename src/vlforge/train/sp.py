@@ -47,7 +47,7 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 from vlforge.errors import ConfigError
-from vlforge.models.blocks import is_compiled
+from vlforge.models.blocks import any_compiled
 from vlforge.models.module_names import vision_tower
 from vlforge.train.loss import LossTerms, masked_logits, model_inputs, target_mask
 from vlforge.train.sp_router import group_balance_loss
@@ -283,7 +283,7 @@ def setup_sequence_parallel(model: torch.nn.Module, degree: int, ctx: Any) -> Se
     mesh = init_device_mesh(ctx.device.type, (ctx.world_size // degree, degree), mesh_dim_names=("dp", "sp"))
     state = SequenceParallel(degree, mesh.get_local_rank("sp"), mesh.get_group("sp"), mesh)
     register_attention()
-    if any(is_compiled(m) for m in text.modules()):  # its sample bounds are host-side Python: keep dynamo out
+    if any_compiled(text):  # its sample bounds are host-side Python: keep dynamo out
         from transformers import AttentionInterface
 
         AttentionInterface.register(ATTENTION_NAME, torch.compiler.disable(ulysses_attention))

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from vlforge.models.blocks import is_compiled
+from vlforge.models.blocks import any_compiled
 from vlforge.models.linear_attention import (
     is_gated_deltanet,
     packed_causal_conv1d,
@@ -99,7 +99,7 @@ def split_linear_attention(model: torch.nn.Module, state: SequenceParallel) -> i
     modules = [m for m in model.modules() if is_gated_deltanet(m)]
     if not modules:
         raise ValueError(f"{type(model).__name__} has no Gated DeltaNet layer to split by heads")
-    compiled = any(is_compiled(m) for m in model.modules())
+    compiled = any_compiled(model)
     for module in modules:
         if module.num_k_heads % state.degree or module.num_v_heads % module.num_k_heads:
             raise ValueError(f"sp_ulysses_degree {state.degree} cannot split {module.num_k_heads} key / "
