@@ -35,8 +35,12 @@ from trainkit import (
 )
 
 import warmstart
+from vlforge.config.schema import TrainConfig
 from vlforge.outputs import make_staging
 from vlforge.train.checkpoint import problem
+from vlforge.train.guards import DivergenceError
+from vlforge.train.preemption import PreemptedError
+from vlforge.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow
 
@@ -239,6 +243,48 @@ def test_after_every_stop_the_run_resumes_bit_identical_to_one_without_them(one_
     assert json.loads((out / "data_report.json").read_text())["loss_spike_first_steps"] == [5]
 
 
+# -- in one process: a stop between two logs ------------------------------------------------------------------------
+def _in_process(out: Path, model_path: Path, **training) -> Trainer:
+    cfg = tiny_config(out, model_path, training={"max_steps": 4, **training}, logging={"logging_steps": 4},
+                      checkpointing={"resume": "auto"}, model={"token_audit": False, "memory_plan": False})
+    return Trainer(TrainConfig.model_validate(cfg), progress=False, export=False)
+
+
+def _records(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_steps_since_the_last_log_are_logged_when_a_signal_or_divergence_stops_the_run(tmp_path, model_path):
+    """logging_steps = 4: a stop signal in step 2 and a divergence in step 3 still log the steps before them; a
+    signal-stopped run and its resumption log every label token of the uninterrupted run, each once."""
+    _in_process(tmp_path / "ref", model_path).train()
+    [whole] = [r for r in _records(tmp_path / "ref") if "loss" in r]
+
+    stopped = _in_process(tmp_path / "out", model_path)
+    step = stopped.train_step
+
+    def signalled(*args, **kwargs):
+        if stopped.step == 1:
+            os.kill(os.getpid(), signal.SIGUSR1)  # arrives during step 2
+        return step(*args, **kwargs)
+
+    stopped.train_step = signalled
+    with pytest.raises(PreemptedError, match="at step 2 of 4"):
+        stopped.train()
+    _in_process(tmp_path / "out", model_path).train()
+    parts = [r for r in _records(tmp_path / "out") if "loss" in r]
+    assert [r["step"] for r in parts] == [2, 4]
+    assert sum(r["label_tokens"] for r in parts) == whole["label_tokens"]
+    assert sum(r["loss"] * r["label_tokens"] for r in parts) == pytest.approx(whole["loss"] * whole["label_tokens"],
+                                                                              rel=1e-5)
+
+    with pytest.raises(DivergenceError, match=r"step 3: .* not finite in 2 step"):
+        _in_process(tmp_path / "nan", model_path, learning_rate=1e8, max_nonfinite_steps=2).train()
+    records = _records(tmp_path / "nan")
+    assert [(r["step"], r.get("loss"), r["nonfinite_steps"]) for r in records] == [(3, "NaN", 2), (3, None, 2)]
+    assert records[0]["label_tokens"] > 0 and records[-1]["data_report"] == "data_report.json"
+
+
 # -- two torchrun ranks ----------------------------------------------------------------------------------------------
 def _two_ranks(root: Path, model_path: Path, **training) -> Path:
     cfg = tiny_config(root / "out", model_path, training={"max_steps": 4, "rank_timeout": 3, **training},
@@ -263,8 +309,9 @@ def test_nonfinite_steps_are_skipped_on_every_rank_and_stop_the_run(tmp_path, mo
     assert not (out / "checkpoint-3").exists() and not (out / "final").exists()
     report = json.loads((out / "data_report.json").read_text())
     assert (report["nonfinite_steps"], report["nonfinite_first_steps"], report["step"]) == (2, [2, 3], 3)
-    assert logged(out, "nonfinite_steps")[:2] == [0, 1]
-    assert "NaN" in logged(out, "loss")  # a skipped step's loss, as a string: every line stays strict JSON
+    # each step's record, the stopping step's too, then the closing record
+    assert logged(out, "nonfinite_steps") == [0, 1, 2, 2] and logged(out, "step") == [1, 2, 3, 3]
+    assert logged(out, "loss")[1:] == ["NaN", "NaN"]  # a skipped step's loss, as a string: strict JSON
 
 
 def test_sigterm_to_one_rank_stops_every_rank_at_a_saved_step(tmp_path, model_path):

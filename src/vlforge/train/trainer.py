@@ -243,6 +243,7 @@ class Trainer:
         self.stream: RankData | None = None
         self.step = 0
         self.skips = (0, 0)  # samples seen, skipped: summed over data ranks as of the last step
+        self.interval = _Interval(self.ctx.device)  # the steps since the last metrics record
         self.skip_warnings = SkipWarnings("data")
         self.resumed_from: Path | None = None
         self.router_coef = 0.0  # router_aux_loss_coef of a MoE model whose config turns the router loss on
@@ -552,8 +553,7 @@ class Trainer:
         result = RunResult(self.output_dir, self.step, resumed_from=self.resumed_from, start_step=self.step)
         log_every = cfg.logging.logging_steps
         eval_every = cfg.training.eval_steps if cfg.training.eval_strategy == "steps" else None
-        acc = torch.zeros(4, device=ctx.device)  # loss sum, label tokens, grad-norm sum, router-loss sum (since the log)
-        tokens, steps_since, since = 0, 0, time.perf_counter()
+        self.interval.reset()
         last_saved = None
         watch = CompileWatch(self.step + 1) if cfg.model.compile else None
         with MetricsLogger(self.output_dir, main=ctx.is_main, report_to=cfg.logging.report_to,
@@ -575,18 +575,14 @@ class Trainer:
                 self.step += 1
                 if watch is not None:  # model.compile: the steps that compiled, with their time
                     watch.end(self.step)
-                acc += torch.stack([loss_sum, count / ctx.world_size, norm, self.step_router_aux.to(ctx.device)])
-                tokens += sum(_tokens(b) for b in batches)
-                steps_since += 1
+                self.interval.add(torch.stack([loss_sum, count / ctx.world_size, norm,
+                                               self.step_router_aux.to(ctx.device)]),
+                                  sum(_tokens(b) for b in batches), lr)
                 log.advance(self.step)
                 first = self.step == 1 and cfg.logging.logging_first_step
                 if self.step % log_every == 0 or self.step == self.total or first:
                     self._stop_if_over(log, result, settle=True)
-                    record = self._record(acc, tokens, steps_since, time.perf_counter() - since, lr)
-                    result.losses.append(record["loss"])
-                    log.log(record)
-                    acc.zero_()
-                    tokens, steps_since, since = 0, 0, time.perf_counter()
+                    self._log_interval(log, result)
                 if eval_every and self.step % eval_every == 0:
                     value = self.evaluate()
                     result.eval_losses.append(value)
@@ -599,6 +595,7 @@ class Trainer:
                 if any(asked) and self.step < self.total:
                     self._preempted(log, result, asked, stops.names(), last_saved)
             self._stop_if_over(log, result, settle=True)
+            self._log_interval(log, result)  # the data ran out between two logs
             ledger = self._finish_data(log, result)
         if last_saved is None and self.resumed_from is not None and result.steps == self.step:
             last_saved = self.resumed_from  # nothing left to train: the checkpoint is the result
@@ -622,6 +619,7 @@ class Trainer:
         diverged = self.guard.settle(force=settle)
         if diverged is None and not over_limit(*self.skips, self.cfg.data.max_skip_fraction, final=False):
             return
+        self._log_interval(log, result)  # the steps that led to the stop have their record
         ledger = self._finish_data(log, result)
         self.stream.close()
         raise diverged or self._limit_error(ledger)
@@ -630,6 +628,7 @@ class Trainer:
                    last_saved: Path | None) -> None:
         """Every rank learnt of a stop signal at this step: checkpoint it, write the reports, stop with exit 4."""
         self._stop_if_over(log, result, settle=True)
+        self._log_interval(log, result)  # the steps since the last record: the resumed run logs from the next one
         if last_saved is None or last_saved.name != f"checkpoint-{self.step}":
             log.flush()
             last_saved = self._save()
@@ -692,6 +691,17 @@ class Trainer:
         return limit_error(ledger, self.cfg.data.max_skip_fraction, what="data", key=SKIP_KEY,
                            report=self.output_dir / DATA_REPORT)
 
+    def _log_interval(self, log: MetricsLogger, result: RunResult) -> None:
+        """The record of the steps since the last one (none: nothing); at a log, a stop or the data's end."""
+        interval = self.interval
+        if interval.steps == 0:
+            return
+        record = self._record(interval.acc, interval.tokens, interval.steps,
+                              time.perf_counter() - interval.since, interval.lr)
+        result.losses.append(record["loss"])
+        log.log(record)
+        interval.reset()
+
     def _record(self, acc: torch.Tensor, tokens: int, steps: int, seconds: float, lr: float) -> dict[str, Any]:
         """The metrics of the last interval: the one host sync (and all-reduce) per ``logging_steps``."""
         ctx = self.ctx
@@ -712,6 +722,24 @@ class Trainer:
         if self.cfg.training.max_steps is not None:
             return {"epoch_progress": round(share, 4)}
         return {"epoch_progress": round(share, 4), "epoch": round(share * self.cfg.training.num_train_epochs, 4)}
+
+
+class _Interval:
+    """The steps since the last metrics record. Sums stay on the device: loss, label tokens (per rank), grad norm
+    and router loss; the host reads them only when the record is made."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.acc = torch.zeros(4, device=device)
+        self.reset()
+
+    def reset(self) -> None:
+        self.acc.zero_()
+        self.tokens, self.steps, self.lr, self.since = 0, 0, 0.0, time.perf_counter()
+
+    def add(self, sums: torch.Tensor, tokens: int, lr: float) -> None:
+        """One optimiser step: its device sums, its input tokens and its learning rate (the record's lr is the last)."""
+        self.acc += sums
+        self.tokens, self.steps, self.lr = self.tokens + tokens, self.steps + 1, lr
 
 
 def pin_batch(batch: dict[str, Any]) -> dict[str, Any]:
