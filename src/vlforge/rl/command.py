@@ -3,6 +3,7 @@ probe's adds its sampling flags), resolved against the engine's config and check
 
 Example:
     vlforge rl check --model ./Qwen3-VL-4B-Base --engine verl --config ppo.yaml
+    vlforge rl check -- python3 -m verl.trainer.main_ppo data.train_files=geo3k.parquet actor_rollout_ref.model.path=...
     vlforge rl check --model tiny:qwen3_vl --format-regex '^<think>.*</think>' --json
     vlforge rl probe --model ./ckpt --reward rewards.py:format_reward --prompts prompts.jsonl --samples 8 --seed 0
 """
@@ -16,7 +17,7 @@ from pydantic import Field
 
 from vlforge.command import Cli, Job
 from vlforge.errors import ConfigError
-from vlforge.flags import Flag, key_values
+from vlforge.flags import Arg, Flag, key_values
 from vlforge.outputs import check_output_dir
 from vlforge.strict import StrictModel
 
@@ -31,6 +32,8 @@ class RunFlags(StrictModel):
     """trl, verl, easyr1 or openrlhf (default: from the reward's signature, else trl)."""
     config: Path | None = None
     """The engine's own config (verl / EasyR1 YAML, TRL GRPO YAML or JSON); needs --engine."""
+    launch: Annotated[list[str], Arg()] = Field(default_factory=list)
+    """After --: the engine's launch command or its arguments (verl / EasyR1 KEY=VALUE overrides, TRL flags)."""
     tokenizer: Path | None = None
     """Tokenizer directory (default: the model's)."""
     template: Path | None = None
@@ -60,7 +63,7 @@ class RunFlags(StrictModel):
         from vlforge.rl.spec import RunRequest
 
         return RunRequest(
-            engine=self.engine, config=self.config, model=self.model, tokenizer=self.tokenizer, template=self.template,
+            engine=self.engine, config=self.config, launch=self.launch, model=self.model, tokenizer=self.tokenizer, template=self.template,
             template_vars=key_values(self.template_vars, "--template-var"), format_prompt=self.format_prompt,
             prompts=self.prompts, prompt_key=self.prompt_key, answer_key=self.answer_key, reward=self.reward,
             reward_paths=self.reward_paths, reward_kwargs=key_values(self.reward_kwargs, "--reward-kwarg"),

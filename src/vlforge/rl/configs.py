@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from vlforge.errors import ConfigError
+from vlforge.rl.launch import Launch
 
 _MISSING = object()
 _INTERP = re.compile(r"^\$\{(?:oc\.select:)?([\w.]+)(?:,(.*))?\}$")
@@ -96,28 +97,52 @@ def _first_file(key: str, value: Any) -> str | None:
     return _typed(key, value, str, "a file path")
 
 
-def _path(base: Path, value: str | None) -> Path | None:
+def _path(base: Path | None, value: str | None) -> Path | None:
     """A path as the engine resolves it (the working directory), else next to the config file."""
     if value is None:
         return None
     path = Path(value).expanduser()
-    if path.is_absolute() or path.exists():
+    if path.is_absolute() or path.exists() or base is None:
         return path
     beside = base.parent / path
     return beside if beside.exists() else path
 
 
-def read_engine_config(engine: str, path: Path) -> dict[str, Any]:
-    """The run's settings named in ``path`` (keys of :class:`vlforge.rl.spec.RunSpec`), each with the config key it
-    came from under ``sources``."""
-    data = read_file(path)
+def _config_file(path: Path | None, launch: Launch | None) -> Path | None:
+    """The config file: ``--config``, or the one the launch command names (not both)."""
+    if launch is None or launch.config is None:
+        return path
+    if path is not None:
+        raise ConfigError(f"--config {path} and the launch command's {launch.config_word} {launch.config}: give one")
+    if not launch.config.is_file():
+        hint = (" (without --config-path verl reads it from its own package: pass that file with --config, e.g. "
+                "verl/trainer/config/_generated_ppo_trainer.yaml; a relative --config-path is relative to verl's "
+                "module, give it absolute)" if launch.config_word == "--config-name" else "")
+        raise ConfigError(f"the launch command's {launch.config_word} {launch.config}: not found{hint}")
+    return launch.config
+
+
+def read_engine_config(engine: str, path: Path | None, launch: Launch | None = None) -> dict[str, Any]:
+    """The run's settings named in ``path`` and the ``launch`` command's overrides over it (keys of
+    :class:`vlforge.rl.spec.RunSpec`), each with the config key it came from under ``sources`` (``FILE:key``, or
+    ``launch:key`` for a value the command set)."""
+    path = _config_file(path, launch)
+    data = read_file(path) if path is not None else {}
+    overridden = set()
+    if launch is not None:
+        data, overridden = launch.apply(data), launch.keys()
     out: dict[str, Any] = {}
     sources: dict[str, str] = {}
+
+    def origin(key: str) -> str:
+        if any(key == k or key.startswith(k + ".") or k.startswith(key + ".") for k in overridden):
+            return f"launch:{key}"
+        return f"{path.name if path is not None else 'launch'}:{key}"
 
     def put(field: str, key: str, value: Any) -> None:
         if value is not None:
             out[field] = value
-            sources[field] = f"{path.name}:{key}"
+            sources[field] = origin(key)
 
     if engine == "verl":
         put("model", "actor_rollout_ref.model.path",
@@ -192,7 +217,7 @@ def read_engine_config(engine: str, path: Path) -> dict[str, Any]:
         _typed("reward_funcs", funcs, list, "a list of reward functions")
         if funcs:
             if len(funcs) > 1:
-                raise ConfigError(f"--config {path}: reward_funcs names {len(funcs)} functions; vlforge checks one at "
+                raise ConfigError(f"{origin('reward_funcs')}: names {len(funcs)} functions; vlforge checks one at "
                                   "a time (pass --reward FILE:FUNCTION for the one to check)")
             put("reward_ref", "reward_funcs", str(funcs[0]))
         put("samples", "num_generations", _typed("num_generations", dotted(data, "num_generations"), int, "an integer"))

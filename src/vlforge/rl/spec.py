@@ -27,6 +27,8 @@ class RunRequest(StrictModel):
 
     engine: str | None = None
     config: Path | None = None
+    launch: list[str] = Field(default_factory=list)
+    """The engine's launch command (or its arguments): its overrides go over the config file."""
     model: str | None = None
     tokenizer: Path | None = None
     template: Path | None = None
@@ -99,15 +101,24 @@ def resolve(request: RunRequest) -> RunSpec:
 
     found: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    if request.config is not None:
-        if request.engine is None:
+    name = request.engine
+    launch = None
+    if request.launch:
+        from vlforge.rl.launch import parse_launch
+
+        launch = parse_launch(name, request.launch)
+        if name is None:
+            name = launch.engine
+            sources["engine"] = f"the launch command ({launch.launcher})"
+    if request.config is not None or launch is not None:
+        if name is None:
             raise ConfigError("--config needs --engine (verl, easyr1 or trl): the keys mean different things in each")
-        if not request.config.is_file():
+        if request.config is not None and not request.config.is_file():
             raise ConfigError(f"--config {request.config}: not found")
-        engine(request.engine)
+        engine(name)
         from vlforge.rl.configs import read_engine_config
 
-        found = read_engine_config(request.engine, request.config)
+        found = read_engine_config(name, request.config, launch)
         sources.update(found.pop("sources"))
     flags = {"model": request.model, "tokenizer": request.tokenizer, "template": request.template,
              "prompts": request.prompts, "prompt_key": request.prompt_key, "answer_key": request.answer_key,
@@ -132,7 +143,6 @@ def resolve(request: RunRequest) -> RunSpec:
 
     # the reward: a flag, the config's file:function, or TRL's reward_funcs reference
     reward_ref = found.pop("reward_ref", None)
-    name = request.engine
     if request.reward is not None:
         file, function = _reward_ref(request.reward, ENGINES[name].default_function if name in ENGINES else None)
         found["reward_file"], found["reward_function"] = file, function
@@ -160,7 +170,8 @@ def resolve(request: RunRequest) -> RunSpec:
     record = engine(name)
     if "model" not in found:
         raise ConfigError("no model: pass --model (a checkpoint directory or tiny:FAMILY)"
-                          + (" or name it in --config" if request.config else ""))
+                          + (" or name it in --config" if request.config else "")
+                          + (" or in the launch command" if launch is not None else ""))
     if found.get("reward_file") is None and found.get("format_regex") is None:
         hint = (" (verl's config names no custom_reward_function: verl then scores with its built-in "
                 "default_compute_score by data_source; pass that scorer's file, e.g. --reward "
