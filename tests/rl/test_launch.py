@@ -178,3 +178,27 @@ def test_config_named_twice_or_missing_is_one_line(tmp_path, base):
         in stderr
     code, _, stderr = invoke("rl", "check", "--engine", "verl", "--format-regex", "<think>", "--", "data.prompt_key=q")
     assert code == 2 and "no model: pass --model" in stderr and "or in the launch command" in stderr
+
+
+
+def test_the_engine_defaults_vlforge_falls_back_to_are_the_engines_own(verl_site):
+    """What a run gets when its command and config say nothing: TRL 1.16's GRPOConfig fields and verl 0.9.1's
+    packaged config (composed by Hydra, no overrides)."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from vlforge.rl.engines import engine
+    from vlforge.rl.prompts import PROMPT_KEYS
+    from vlforge.rl.spec import RunSpec
+
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    assert (engine("trl").group_size, engine("trl").response_length, RunSpec.model_fields["temperature"].default) \
+        == (defaults["num_generations"], defaults["max_completion_length"], defaults["temperature"])
+    config_dir = verl_site / "verl" / "trainer" / "config"
+    keys = ["actor_rollout_ref.rollout.n", "data.prompt_key", "data.max_response_length",
+            "actor_rollout_ref.rollout.temperature"]
+    verl = _engine_parser(verl_site, {"engine": "verl", "config_dir": str(config_dir), "config_name": "ppo_trainer",
+                                      "overrides": [], "keys": keys})
+    assert [verl[key] for key in keys] == [engine("verl").group_size, PROMPT_KEYS["verl"],
+                                           engine("verl").response_length, RunSpec.model_fields["temperature"].default]

@@ -85,7 +85,7 @@ class ProbeFlags(RunFlags):
     max_prompts: int = 8
     """Prompts to sample, N (the first N of the file)."""
     max_new_tokens: int | None = None
-    """Tokens per completion (default: the config's response length, else 256)."""
+    """Tokens per completion (default: the config's response length, else the engine's: 512; else 256)."""
     seed: int = 0
     """Sampling seed (prompt i samples with seed + i)."""
     device: str = "cpu"

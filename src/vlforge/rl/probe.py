@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 SCHEMA = "vlforge.rl.probe/1"
 EXAMPLE_CHARS = 300
+DEFAULT_NEW_TOKENS = 256
+"""Tokens per completion when neither --max-new-tokens, the config nor the engine's known default gives one."""
 
 
 class TagEmission(BaseModel):
@@ -254,7 +256,7 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
         group = 2
         notes.append(f"{spec.engine}'s group size is 1 here (no --samples, no config value): sampled 2 per prompt; "
                      "GRPO needs a group of several completions per prompt")
-    new_tokens = max_new_tokens or spec.max_new_tokens or 256
+    new_tokens = max_new_tokens or spec.max_new_tokens or engine(spec.engine).response_length or DEFAULT_NEW_TOKENS
     rows = read_prompts(spec.prompts, engine=spec.engine, prompt_key=spec.prompt_key, answer_key=spec.answer_key,
                         image_key=spec.image_key, format_prompt=spec.format_prompt, limit=max_prompts)
     reward, patterns = reward_patterns(spec)
