@@ -186,6 +186,23 @@ def peer_record(root: Path | None = None, peer: str = DEFAULT_PEER) -> dict | No
     return json.loads((root / MARKER).read_text()) if peer_python(root, peer) else None
 
 
+def _requirements(spec: Peer) -> list[str]:
+    return [*spec.install, *spec.no_deps, *spec.optional]
+
+
+def stale(record: dict, peer: str = DEFAULT_PEER) -> str | None:
+    """Why a finished build no longer matches the peer's requirements (None: it does). A record of a build before
+    records kept their requirements counts as current when it reports every package the peer now reports."""
+    spec = PEERS[peer]
+    if "requirements" in record:
+        if record["requirements"] != _requirements(spec):
+            return f"built for {record['requirements']}, the peer now needs {_requirements(spec)}"
+        return None
+    optional = {re.split(r"[=<>!~\[ ]", requirement)[0] for requirement in spec.optional}
+    missing = sorted(set(spec.reported) - optional - set(record.get("versions", {})))
+    return f"it lacks {', '.join(missing)}" if missing else None
+
+
 def _versions(python: Path, reported: tuple[str, ...]) -> dict[str, str]:
     code = ("import importlib.metadata as m, json, sys\n"
             "out = {}\n"
@@ -202,9 +219,8 @@ def build(root: Path, base_python: str, force: bool = False, peer: str = DEFAULT
     spec = PEERS[peer]
     if peer_python(root, peer) and not force:
         record = json.loads((root / MARKER).read_text())
-        optional = {re.split(r"[=<>!~\[ ]", requirement)[0] for requirement in spec.optional}
-        if set(spec.reported) - optional <= set(record.get("versions", {})):
-            return record  # else a build of an older list of requirements: built again
+        if stale(record, peer) is None:
+            return record  # else a build of another list of requirements: built again
     if root.exists() and any(root.iterdir()) and not (root / "pyvenv.cfg").is_file():
         raise SystemExit(f"peer_env: {root} exists and is not a virtual environment; choose another --dir")
     (root / MARKER).unlink(missing_ok=True)
@@ -230,7 +246,8 @@ def build(root: Path, base_python: str, force: bool = False, peer: str = DEFAULT
     subprocess.run([str(python), "-c", spec.check], check=True)
     record = {"package": spec.package, "version": spec.version, "python": str(python),
               "base_python": base_python, "build_seconds": round(time.monotonic() - start, 1),
-              "venv_bytes": _du(root), "versions": _versions(python, spec.reported)}
+              "venv_bytes": _du(root), "versions": _versions(python, spec.reported),
+              "requirements": _requirements(spec)}
     if optional:
         record["optional"] = optional
     if spec.probe:

@@ -70,6 +70,9 @@ def verl_site() -> Path:
     python = peer_env.peer_python(peer="verl")
     if python is None:
         pytest.skip("verl's peer venv is not built: python3 scripts/peer_env.py build --peer verl")
+    why = peer_env.stale(peer_env.peer_record(peer="verl"), peer="verl")
+    if why is not None:
+        pytest.skip(f"verl's peer venv is out of date ({why}): python3 scripts/peer_env.py build --peer verl")
     found = sorted(python.parent.parent.glob("lib/python3*/site-packages"))
     assert found and (found[0] / "verl" / "utils" / "reward_score" / "geo3k.py").is_file()
     return found[0]

@@ -96,7 +96,7 @@ EASYR1_REWARD = '''import re
 REWARD_TYPE = "batch"
 
 
-def compute_score(reward_inputs, format_weight=0.1):
+def compute_score(reward_inputs, format_weight=0.1, accuracy_weight=0.9):
     return [{"overall": float(re.fullmatch(r"<think>.*</think>.*", item["response"], re.DOTALL) is not None)}
             for item in reward_inputs]
 '''
@@ -109,14 +109,17 @@ def test_an_easyr1_launch_command_reads_as_omegaconf_merges_it(base, prompts, ve
     config = {"data": {"train_files": "missing.jsonl@train", "prompt_key": "problem", "max_response_length": 512,
                        "format_prompt": "math.jinja"},
               "worker": {"actor": {"model": {"model_path": "not-this-one"}}, "rollout": {"n": 5, "temperature": 1.0},
-                         "reward": {"reward_function": "math.py:compute_score"}}}
+                         "reward": {"reward_function": "math.py:compute_score",
+                                    "reward_function_kwargs": {"format_weight": 0.2}}}}
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     overrides = ["config=config.yaml", f"data.train_files={prompts}@train", "data.prompt_key=prompt",
                  f"worker.actor.model.model_path={base}", "worker.rollout.n=8", "worker.rollout.temperature=0.7",
-                 "worker.reward.skip_special_tokens=false", "trainer.experiment_name=qwen2_5_vl_7b_geo_grpo"]
+                 "worker.reward.skip_special_tokens=false", "trainer.experiment_name=qwen2_5_vl_7b_geo_grpo",
+                 "worker.reward.reward_function_kwargs={accuracy_weight: 0.5}"]  # merged into the file's mapping
     keys = {"model": "worker.actor.model.model_path", "prompts": "data.train_files", "prompt_key": "data.prompt_key",
             "max_new_tokens": "data.max_response_length", "samples": "worker.rollout.n",
-            "temperature": "worker.rollout.temperature", "skip_special_tokens": "worker.reward.skip_special_tokens"}
+            "temperature": "worker.rollout.temperature", "skip_special_tokens": "worker.reward.skip_special_tokens",
+            "reward_kwargs": "worker.reward.reward_function_kwargs"}
     theirs = _engine_parser(verl_site, {"engine": "easyr1", "overrides": overrides, "keys": list(keys.values())})
     spec = resolve(RunRequest(launch=["python3", "-m", "verl.trainer.main", *overrides]))
     assert spec.engine == "easyr1"
@@ -155,8 +158,15 @@ def test_a_trl_launch_command_reads_as_trls_own_parser(tiny_checkpoint, prompts,
     (None, ["a=1"], "pass --engine (verl, easyr1 or trl): it names no launcher"),
     ("verl", ["data.train_files"], "launch argument 'data.train_files': expected KEY=VALUE (a Hydra override)"),
     ("verl", ["--multirun", "a=1"], "launch argument '--multirun': not a Hydra override vlforge reads"),
-    ("verl", ["--config-path", "/x"], "--config-path without --config-name"),
+    ("verl", ["python3", "-m", "verl.trainer.main_ppo", "--config-path=config", "--config-name=grpo"],
+     "launch argument --config-path config: Hydra reads a relative path beside the launched module's file"),
+    ("verl", ["--config-name", "ppo_megatron_trainer"], "without --config-path verl reads it from its own package"),
     ("verl", ["x.y=[a,b"], "missing ']'"),
+    ("verl", ["trainer.logger=console,wandb"], "a sweep (console,wandb); vlforge reads one run"),
+    ("verl", ["python3", "-m", "verl.trainer.main", "config=x.yaml"],
+     "--engine verl but the launcher verl.trainer.main is easyr1's"),
+    ("vrl", ["a=1"], "--engine 'vrl': unknown engine"),
+    ("trl", ["--config=grpo.yaml"], "TRL reads its config file as --config FILE (two words)"),
     ("easyr1", ["worker.rollout.n"], "expected KEY=VALUE (EasyR1's OmegaConf command line)"),
     ("trl", ["model_name_or_path=x"], "expected --key value (TRL's command line)"),
     ("openrlhf", ["--pretrain", "x"], "openrlhf's are not read"),
@@ -167,15 +177,36 @@ def test_a_launch_command_vlforge_cannot_read_is_one_line(engine, args, message)
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
+HYDRA_VALUES = ["[hdfs://x/y.parquet]", "{api:http://h:8000,w:1}", "[${a.b},c]", "007", "b\\,c", "['it\\'s']",
+                "1_000", "1.", ".5", "1e5", "-inf", "", "True", "NULL", "./r.py:compute_score", "[a, 'b c']",
+                "{enable_thinking:False}", "  x  ", "[[1,2],{k: [v]}]", "\"quoted\""]
+OMEGACONF_VALUES = ["{enable_thinking:False}", "yes", "0x1f", "a #b", "1e-6", "", "[1, 2]", "{format_weight: 0.5}",
+                    "./math.py:compute_score", "off", "1_000", "null", "'007'"]
+
+
+@pytest.mark.parametrize(("engine", "raw"), [("verl", HYDRA_VALUES), ("easyr1", OMEGACONF_VALUES)])
+def test_values_read_as_the_engines_own_parsers_read_them(verl_site, engine, raw):
+    from vlforge.rl.launch import hydra_value, yaml_value
+
+    theirs = _engine_parser(verl_site, {"engine": engine, "values": True, "overrides": [f"k{i}={v}" for i, v in
+                                                                                       enumerate(raw)]})
+    read = hydra_value if engine == "verl" else yaml_value
+    assert [read(value) for value in raw] == theirs
+
+
 def test_config_named_twice_or_missing_is_one_line(tmp_path, base):
     (tmp_path / "ppo.yaml").write_text("data: {}\n")
     code, _, stderr = invoke("rl", "check", "--engine", "verl", "--config", tmp_path / "ppo.yaml", "--format-regex",
                              "<think>", "--", "--config-path", str(tmp_path), "--config-name", "ppo")
-    assert code == 2 and f"--config {tmp_path / 'ppo.yaml'} and the launch command's --config-name" in stderr
+    assert code == 2 and f"--config {tmp_path / 'ppo.yaml'} and the launch command's --config-path/--config-name " \
+        f"{tmp_path / 'ppo.yaml'}: give one" in stderr
     code, _, stderr = invoke("rl", "check", "--format-regex", "<think>", "--", "python3", "-m",
-                             "verl.trainer.main_ppo", "--config-name=ppo_trainer", f"actor_rollout_ref.model.path={base}")
-    assert code == 2 and "the launch command's --config-name ppo_trainer.yaml: not found (without --config-path" \
+                             "verl.trainer.main_ppo", f"--config-path={tmp_path}", "--config-name=grpo")
+    assert code == 2 and f"the launch command's --config-path/--config-name {tmp_path / 'grpo.yaml'}: not found" \
         in stderr
+    code, _, stderr = invoke("rl", "check", "--format-regex", "<think>", "--", "trl", "grpo", "--model_name_or_path",
+                             str(base), "--num_generations", "four")
+    assert code == 2 and "num_generations: expected an integer, got 'four'" in stderr
     code, _, stderr = invoke("rl", "check", "--engine", "verl", "--format-regex", "<think>", "--", "data.prompt_key=q")
     assert code == 2 and "no model: pass --model" in stderr and "or in the launch command" in stderr
 
@@ -202,3 +233,20 @@ def test_the_engine_defaults_vlforge_falls_back_to_are_the_engines_own(verl_site
                                       "overrides": [], "keys": keys})
     assert [verl[key] for key in keys] == [engine("verl").group_size, PROMPT_KEYS["verl"],
                                            engine("verl").response_length, RunSpec.model_fields["temperature"].default]
+
+
+@pytest.mark.parametrize(("args", "launcher", "rest"), [
+    (["srun", "-m", "block", "python3", "-m", "verl.trainer.main_ppo", "a=1"], "verl.trainer.main_ppo", ["a=1"]),
+    (["python", "-m", "torch.distributed.run", "--nproc_per_node", "8", "-m", "verl.trainer.main", "config=c.yaml"],
+     "verl.trainer.main", ["config=c.yaml"]),
+    (["torchrun", "--nproc_per_node=8", "/opt/verl/verl/trainer/main_ppo.py", "a=1"], "verl.trainer.main_ppo", ["a=1"]),
+    (["accelerate", "launch", "--config_file", "zero3.yaml", "trl", "grpo", "--model_name_or_path", "m"], "trl grpo",
+     ["--model_name_or_path", "m"]),
+    (["python", "my_grpo.py", "--remote_rm_url", "reward.py"], "my_grpo.py", ["--remote_rm_url", "reward.py"]),
+    (["reward.custom_reward_function.path=r.py", "a=1"], None, ["reward.custom_reward_function.path=r.py", "a=1"]),
+])
+def test_the_launcher_is_found_in_the_commands_users_write(args, launcher, rest):
+    from vlforge.rl.launch import strip_launcher
+
+    found_rest, found, _ = strip_launcher(args)
+    assert (found, found_rest) == (launcher, rest)

@@ -38,22 +38,22 @@ _MISSING = object()
 _INTERP = re.compile(r"^\$\{(?:oc\.select:)?([\w.]+)(?:,(.*))?\}$")
 
 
-def read_file(path: Path) -> dict:
-    """A YAML or JSON mapping, or one line naming the file."""
+def read_file(path: Path, label: str = "--config") -> dict:
+    """A YAML or JSON mapping, or one line naming the file (as ``label`` gave it)."""
     import yaml
 
     try:
         text = path.read_text()
     except OSError as error:
-        raise ConfigError(f"--config {path}: cannot read ({error.strerror})") from None
+        raise ConfigError(f"{label} {path}: cannot read ({error.strerror})") from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as error:
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ConfigError(f"--config {path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} "
+        raise ConfigError(f"{label} {path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'} "
                           f"({first})") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"--config {path}: expected a mapping of keys, got {type(data).__name__}")
+        raise ConfigError(f"{label} {path}: expected a mapping of keys, got {type(data).__name__}")
     return data
 
 
@@ -90,6 +90,21 @@ def _typed(key: str, value: Any, kind: type | tuple[type, ...], what: str) -> An
     return value
 
 
+_TRL_TYPES = {"num_generations": int, "max_completion_length": int, "temperature": float}
+"""The types TRL's argparse gives the numeric fields vlforge reads (command-line values arrive as text)."""
+
+
+def _argparse_typed(key: str, value: Any) -> Any:
+    """``value`` of TRL's field ``key`` as its parser types it: a number from its text, anything else as it is."""
+    kind = _TRL_TYPES.get(key)
+    if kind is None or not isinstance(value, str):
+        return value
+    try:
+        return kind(value)
+    except ValueError:
+        raise ConfigError(f"{key}: expected {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+
+
 def _first_file(key: str, value: Any) -> str | None:
     """verl's ``data.train_files`` may be a list: the first file is what the probe reads."""
     if isinstance(value, list):
@@ -108,26 +123,24 @@ def _path(base: Path | None, value: str | None) -> Path | None:
     return beside if beside.exists() else path
 
 
-def _config_file(path: Path | None, launch: Launch | None) -> Path | None:
-    """The config file: ``--config``, or the one the launch command names (not both)."""
+def _config_file(path: Path | None, launch: Launch | None) -> tuple[Path | None, str]:
+    """The config file and how it was named: ``--config``, or the one the launch command names (not both)."""
     if launch is None or launch.config is None:
-        return path
+        return path, "--config"
+    label = f"the launch command's {launch.config_word}"
     if path is not None:
-        raise ConfigError(f"--config {path} and the launch command's {launch.config_word} {launch.config}: give one")
+        raise ConfigError(f"--config {path} and {label} {launch.config}: give one")
     if not launch.config.is_file():
-        hint = (" (without --config-path verl reads it from its own package: pass that file with --config, e.g. "
-                "verl/trainer/config/_generated_ppo_trainer.yaml; a relative --config-path is relative to verl's "
-                "module, give it absolute)" if launch.config_word == "--config-name" else "")
-        raise ConfigError(f"the launch command's {launch.config_word} {launch.config}: not found{hint}")
-    return launch.config
+        raise ConfigError(f"{label} {launch.config}: not found")
+    return launch.config, label
 
 
 def read_engine_config(engine: str, path: Path | None, launch: Launch | None = None) -> dict[str, Any]:
     """The run's settings named in ``path`` and the ``launch`` command's overrides over it (keys of
     :class:`vlforge.rl.spec.RunSpec`), each with the config key it came from under ``sources`` (``FILE:key``, or
     ``launch:key`` for a value the command set)."""
-    path = _config_file(path, launch)
-    data = read_file(path) if path is not None else {}
+    path, label = _config_file(path, launch)
+    data = read_file(path, label) if path is not None else {}
     overridden = set()
     if launch is not None:
         data, overridden = launch.apply(data), launch.keys()
@@ -167,9 +180,10 @@ def read_engine_config(engine: str, path: Path | None, launch: Launch | None = N
             reward_path = _typed(f"{prefix}.path", dotted(data, f"{prefix}.path"), str, "a file path")
             if reward_path:
                 put("reward_file", f"{prefix}.path", _path(path, reward_path))
-                put("reward_function", f"{prefix}.name",
-                    _typed(f"{prefix}.name", dotted(data, f"{prefix}.name"), str, "a function name")
-                    or "compute_score")
+                name = _typed(f"{prefix}.name", dotted(data, f"{prefix}.name"), str, "a function name")
+                put("reward_function", f"{prefix}.name", name or "compute_score")
+                if not name:
+                    sources["reward_function"] = "verl's default name (compute_score)"
                 put("reward_kwargs", f"{prefix}.reward_kwargs",
                     _typed(f"{prefix}.reward_kwargs", dotted(data, f"{prefix}.reward_kwargs"), dict, "a mapping")
                     or None)
@@ -207,6 +221,7 @@ def read_engine_config(engine: str, path: Path | None, launch: Launch | None = N
             _typed("worker.reward.skip_special_tokens", dotted(data, "worker.reward.skip_special_tokens"), bool,
                    "true or false"))
     elif engine == "trl":
+        data = {key: _argparse_typed(key, value) for key, value in data.items()}
         put("model", "model_name_or_path",
             _typed("model_name_or_path", dotted(data, "model_name_or_path"), str, "a path"))
         dataset = _typed("dataset_name", dotted(data, "dataset_name"), str, "a dataset file")
