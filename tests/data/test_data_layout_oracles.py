@@ -17,6 +17,9 @@ The layouts, read from their sources:
 * LLaMA-Factory ``data/mllm_demo.json`` and ``data/mllm_video_demo.json`` with their ``data/dataset_info.json``
   entries (``formatting: sharegpt``, ``columns``, ``tags``): ``messages`` of ``{role, content}`` with ``<image>``
   anywhere in a turn (``"What are they doing?<image>"``), ``images`` / ``videos`` lists.
+* The Cauldron (HuggingFaceM4/the_cauldron, its card's ``dataset_info``; torchtune's ``TheCauldronToMessages``
+  and the Idefics2 fine-tuning recipes read it so): parquet with ``images`` (a list of ``Image`` structs) and
+  ``texts`` (a list of ``{user, assistant, source}`` exchanges); the images go before the first question.
 * transformers' chat format (``apply_chat_template`` content parts ``{"type": "image", "url" | "path" |
   "base64"}``) and TRL's vision datasets (parquet: parts ``{"type", "text", "index"}`` and an ``images``
   column of ``Image`` structs).
@@ -200,6 +203,24 @@ def _write_layouts(root: Path) -> dict[str, tuple[dict, list[dict]]]:
     out["trl_vision"] = ({"path": "trl_vision.parquet"}, [
         {"messages": [_user(("image", "ov_0.png"), "What is this?"), _reply("Noise.")]}])
 
+    # The Cauldron: exchanges {user, assistant, source} in `texts`, an `images` list of Image structs before them
+    exchange = pa.struct([("user", pa.string()), ("assistant", pa.string()), ("source", pa.string())])
+    cauldron_schema = pa.schema([("images", pa.list_(HF_IMAGE)), ("texts", pa.list_(exchange))]).with_metadata(
+        _hf_features({"images": [{"_type": "Image"}], "texts": [{"user": {"dtype": "string", "_type": "Value"},
+                                                                 "assistant": {"dtype": "string", "_type": "Value"},
+                                                                 "source": {"dtype": "string", "_type": "Value"}}]}))
+    cauldron = [{"images": [{"bytes": (root / "ov_0.png").read_bytes(), "path": None},
+                            {"bytes": (root / "ov_1.png").read_bytes(), "path": None}],
+                 "texts": [{"user": "Which is larger?\nAnswer briefly.", "assistant": "The first.", "source": "ai2d"},
+                           {"user": "And its colour?", "assistant": "Noise.", "source": "ai2d"}]},
+                {"images": [{"bytes": (root / "ov_1.png").read_bytes(), "path": None}],
+                 "texts": [{"user": "What is shown?", "assistant": "A square.", "source": "vqav2"}]}]
+    pq.write_table(pa.Table.from_pylist(cauldron, schema=cauldron_schema), root / "the_cauldron.parquet")
+    out["the_cauldron"] = ({"path": "the_cauldron.parquet"}, [
+        {"messages": [_user(("image", "ov_0.png"), ("image", "ov_1.png"), "Which is larger?\nAnswer briefly."),
+                      _reply("The first."), _user("And its colour?"), _reply("Noise.")]},
+        {"messages": [_user(("image", "ov_1.png"), "What is shown?"), _reply("A square.")]}])
+
     for name, (entry, natives) in out.items():
         folder = root / (entry.get("data_folder") or "")
         write_jsonl(folder / f"native_{name}.jsonl", natives)
@@ -227,7 +248,8 @@ def _samples(processor, root: Path, entry: dict) -> list[dict]:
 
 @pytest.mark.parametrize("name", ["llava_instruct", "sharegpt4v", "llava_video", "llava_onevision", "llava_onevision_arrow",
                                   "llama_factory_mllm_demo",
-                                  "llama_factory_mllm_video_demo", "transformers_chat", "trl_vision"])
+                                  "llama_factory_mllm_video_demo", "transformers_chat", "trl_vision",
+                                  "the_cauldron"])
 def test_published_layout_gives_the_samples_of_the_messages_layout(layouts, processors, name):
     root, files = layouts
     entry, natives = files[name]

@@ -118,14 +118,32 @@ def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
     ({"audios": ["a.wav"], "messages": [{"role": "user", "content": "<audio>?"}, {"role": "assistant", "content": "x"}]},
      "schema", "'audios': audio is not supported"),
     ({"messages": "[{\"role\": \"user\""}, "malformed_json", "not valid JSON"),
-    ({"id": 3, "image": "a.png"}, "schema", "record needs a non-empty 'messages' list of {role, content} turns, or a "
-     "'conversations' list of {from, value} turns"),
+    ({"id": 3, "image": "a.png"}, "schema", "record needs a non-empty 'messages' list of {role, content} turns, a "
+     "'conversations' list of {from, value} turns (LLaVA / ShareGPT) or a 'texts' list of {user, assistant} exchanges"),
+    ({"texts": [{"user": "Q", "assistant": "A", "source": "ai2d"}, {"user": "Q2", "source": "ai2d"}]}, "schema",
+     "exchange 1 has no 'assistant'; expected a non-empty 'texts' list of {user, assistant} exchanges (pairs: texts of "
+     "{user, assistant} (detected from item 4))"),
+    ({"images": ["a.png"], "texts": [{"user": "<image><image>Q", "assistant": "A"}]}, "placeholder_mismatch",
+     "2 <image> placeholder(s) in the text but 1 item(s) in 'images'"),
 ])
 def test_records_that_fit_no_layout_fail_in_one_line(record, reason, detail):
     with pytest.raises(SampleError) as info:
         parse_conversation(record, "d.json", "item 4")
     assert info.value.reason == reason and detail in str(info.value), str(info.value)
     assert str(info.value).startswith(f"d.json:item 4: {reason}: ") and "\n" not in str(info.value)
+
+
+def test_pairs_layout_named_with_renamed_keys(tmp_path):
+    record = {"qa": [{"question": "What is it?", "answer": "A cat."}, {"question": "Colour?", "answer": "Grey."}],
+              "pictures": ["c.png"], "sys": "Be brief."}
+    entry = _entry(tmp_path, "d.json", layout="pairs", columns={"messages": "qa", "images": "pictures", "system": "sys"},
+                   tags={"user_tag": "question", "assistant_tag": "answer"})
+    fmt = detect(record, entry, "d.json", "item 1")
+    assert fmt.describe() == "pairs: qa of {question, answer}; images from pictures, system prompt from sys (named in " \
+                             "the dataset entry)"
+    assert _parts(parse_conversation(record, "d.json", "item 1", fmt)) == [
+        ("system", ["Be brief."]), ("user", [("image", "c.png"), "What is it?"]), ("assistant", ["A cat."]),
+        ("user", ["Colour?"]), ("assistant", ["Grey."])]
 
 
 def test_entry_renames_keys_and_roles_as_llama_factory_does(tmp_path):

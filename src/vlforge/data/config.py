@@ -53,7 +53,7 @@ def infer_data_type(path: str | Path) -> str:
     return kind
 
 
-LayoutName = Literal["auto", "messages", "sharegpt"]
+LayoutName = Literal["auto", "messages", "sharegpt", "pairs"]
 """Record layouts a dataset entry may name (docs/data.md, "Record layouts")."""
 
 
@@ -61,8 +61,8 @@ class RecordColumns(StrictModel):
     """Which keys of a record hold the turns, the media and a system prompt (LLaMA-Factory's ``columns``)."""
 
     messages: str | None = Field(default=None, min_length=1)
-    """Key of the list of turns; null: the first of ``messages``, ``conversations``, ``conversation`` in the file's
-    first chat record."""
+    """Key of the list of turns; null: the first of ``messages``, ``conversations``, ``conversation`` (layout
+    ``pairs``: ``texts``) in the file's first chat record."""
     images: str | None = Field(default=None, min_length=1)
     """Key of the images that ``<image>`` placeholders take (a path, bytes, an ``{bytes, path}`` struct or a list);
     null: ``images``, else ``image``, in each record."""
@@ -81,9 +81,11 @@ class RoleTags(StrictModel):
     content_tag: str | None = Field(default=None, min_length=1)
     """Key of a turn's content; null: ``content`` (layout ``messages``) or ``value`` (``sharegpt``)."""
     user_tag: str | None = Field(default=None, min_length=1)
-    """The one role name of user turns; null accepts ``user`` and ``human``."""
+    """The one role name of user turns (layout ``pairs``: an exchange's user key); null accepts ``user`` and
+    ``human`` (``pairs``: ``user``)."""
     assistant_tag: str | None = Field(default=None, min_length=1)
-    """The one role name of assistant turns; null accepts ``assistant``, ``gpt`` and ``model``."""
+    """The one role name of assistant turns (layout ``pairs``: an exchange's reply key); null accepts
+    ``assistant``, ``gpt`` and ``model`` (``pairs``: ``assistant``)."""
     system_tag: str | None = Field(default=None, min_length=1)
     """The one role name of system turns; null accepts ``system``."""
 
@@ -116,8 +118,8 @@ class DatasetEntry(StrictModel):
     """Use at most this many samples of the file per epoch; null uses all."""
     layout: LayoutName = "auto"
     """How a record holds its turns: ``messages`` (``{role, content}`` turns, transformers' chat format),
-    ``sharegpt`` (``{from, value}`` turns: LLaVA, ShareGPT4V, LLaVA-OneVision-Data) or ``auto`` (the one the
-    file's first chat record uses)."""
+    ``sharegpt`` (``{from, value}`` turns: LLaVA, ShareGPT4V, LLaVA-OneVision-Data), ``pairs`` (``{user,
+    assistant}`` exchanges in ``texts``: The Cauldron) or ``auto`` (the one the file's first chat record uses)."""
     columns: RecordColumns = Field(default_factory=RecordColumns)
     """Record keys of the turns, images, videos and system prompt, where they are not the usual ones."""
     tags: RoleTags = Field(default_factory=RoleTags)

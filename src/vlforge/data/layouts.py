@@ -1,12 +1,14 @@
 """Record layouts: which keys of a record hold its turns, their roles and contents, and its media.
 
-Two layouts are read; a dataset entry names one (``layout:``) or leaves ``auto``, and may rename keys and roles
+Three layouts are read; a dataset entry names one (``layout:``) or leaves ``auto``, and may rename keys and roles
 (``columns:``, ``tags:``, as LLaMA-Factory's ``dataset_info.json`` does):
 
 * ``messages``: turns ``{"role", "content"}`` (OpenAI / transformers chat format, LMMS Engine, LLaMA-Factory's
   ``mllm_demo.json``), in a ``messages`` list;
 * ``sharegpt``: turns ``{"from", "value"}`` (LLaVA-Instruct, ShareGPT4V, LLaVA-OneVision-Data), in a
-  ``conversations`` list, roles ``human`` / ``gpt``.
+  ``conversations`` list, roles ``human`` / ``gpt``;
+* ``pairs``: exchanges ``{"user", "assistant"}``, each a user turn and its reply, in a ``texts`` list (The Cauldron,
+  HuggingFaceM4/the_cauldron, with its ``images`` column).
 
 ``auto`` is decided once per file, from the first record that holds turns (:func:`file_format`, reading at most
 :data:`DETECT_RECORDS` records from the start of the file, whatever order training reads it in); every record is
@@ -35,6 +37,10 @@ POOL_KEYS = {"image": ("images", "image"), "video": ("videos", "video")}
 """Keys of the media ``<image>`` / ``<video>`` placeholders take, per record (the first present and not null)."""
 AUDIO_KEYS = ("audios", "audio")
 TURN_KEYS = {"messages": ("role", "content"), "sharegpt": ("from", "value")}
+PAIR_KEYS = ("texts",)
+"""Keys that hold ``{user, assistant}`` exchanges (layout ``pairs``) when ``columns.messages`` is not given."""
+PAIR_TAGS = ("user", "assistant")
+"""An exchange's keys in layout ``pairs`` (``tags.user_tag`` / ``tags.assistant_tag`` rename them)."""
 ROLE_NAMES = {"user": ("user", "human"), "assistant": ("assistant", "gpt", "model"), "system": ("system",)}
 """Role names accepted when ``tags`` does not name one (``tags.user_tag`` etc. replace a role's names)."""
 DETECT_RECORDS = 100
@@ -45,7 +51,7 @@ DETECT_RECORDS = 100
 class RecordFormat:
     """How the records of one file are read: the key of the turns, the keys of a turn, the role names, the media keys."""
 
-    layout: str  # "messages" | "sharegpt"
+    layout: str  # "messages" | "sharegpt" | "pairs"
     messages: str
     role_tag: str
     content_tag: str
@@ -66,7 +72,8 @@ class RecordFormat:
 
     def expected(self) -> str:
         """What a record of this file must hold, for error messages."""
-        return f"a non-empty {self.messages!r} list of {{{self.role_tag}, {self.content_tag}}} turns ({self.describe()})"
+        items = "exchanges" if self.layout == "pairs" else "turns"
+        return f"a non-empty {self.messages!r} list of {{{self.role_tag}, {self.content_tag}}} {items} ({self.describe()})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"layout": self.layout, "messages": self.messages, "role_tag": self.role_tag,
@@ -103,13 +110,16 @@ def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, loc
     def fail(detail: str):
         raise SampleError("schema", source, location, detail)
 
-    keys = (columns.messages,) if columns.messages else MESSAGE_KEYS
+    keys = (columns.messages,) if columns.messages else {"auto": MESSAGE_KEYS + PAIR_KEYS,
+                                                         "pairs": PAIR_KEYS}.get(layout, MESSAGE_KEYS)
     key = next((k for k in keys if record.get(k) not in (None, "", [])), None)
     if key is None:
         if columns.messages:
             fail(f"record has no {columns.messages!r} list of turns (columns.messages of the dataset entry)")
-        fail("record needs a non-empty 'messages' list of {role, content} turns, or a 'conversations' list of "
-             "{from, value} turns (LLaVA / ShareGPT)")
+        if layout == "pairs":
+            fail("record needs a non-empty 'texts' list of {user, assistant} exchanges (layout pairs)")
+        fail("record needs a non-empty 'messages' list of {role, content} turns, a 'conversations' list of "
+             "{from, value} turns (LLaVA / ShareGPT) or a 'texts' list of {user, assistant} exchanges (The Cauldron)")
     turns = turns_of(record[key])
     if isinstance(turns, str):
         raise SampleError("malformed_json", source, location, f"{key!r} is a string that is not valid JSON")
@@ -118,10 +128,14 @@ def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, loc
     name = layout
     if layout == "auto" and tags.role_tag is None:
         name = next((n for n, (role, _) in TURN_KEYS.items() if role in turns[0]), None)
+        pair = (tags.user_tag or PAIR_TAGS[0], tags.assistant_tag or PAIR_TAGS[1])
+        if name is None and all(k in turns[0] for k in pair):
+            name = "pairs"
         if name is None:
             found = ", ".join(sorted(map(str, turns[0]))) or "none"
-            fail(f"turn 0 of {key!r} has neither a 'role' (messages layout) nor a 'from' key (sharegpt layout); "
-                 f"its keys: {found} (name them with tags.role_tag and tags.content_tag)")
+            fail(f"turn 0 of {key!r} has neither a 'role' (messages layout) nor a 'from' key (sharegpt layout) nor "
+                 f"'user' and 'assistant' keys (pairs layout); its keys: {found} (name them with tags.role_tag and "
+                 "tags.content_tag)")
     origin = (f"layout named in the dataset entry, turns key from {location}" if layout != "auto" or tags.role_tag is not None
               else f"detected from {location}")
     return _format(entry, name, key, origin)
@@ -131,6 +145,14 @@ def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> 
     """The format of ``layout`` (``auto``: messages, or sharegpt for renamed turn keys) with the turns under ``key``."""
     columns = entry.columns if entry is not None else RecordColumns()
     tags = entry.tags if entry is not None else RoleTags()
+    if entry is not None and entry.layout != "auto" and columns.messages is not None:
+        origin = "named in the dataset entry"
+    images = (columns.images,) if columns.images else POOL_KEYS["image"]
+    videos = (columns.videos,) if columns.videos else POOL_KEYS["video"]
+    if layout == "pairs":  # an exchange's two keys are the role names: tags.user_tag / tags.assistant_tag
+        user, assistant = tags.user_tag or PAIR_TAGS[0], tags.assistant_tag or PAIR_TAGS[1]
+        return RecordFormat("pairs", key, user, assistant, {user: "user", assistant: "assistant"}, images, videos,
+                            columns.system, origin)
     if tags.role_tag is not None:
         role_tag, content_tag = tags.role_tag, tags.content_tag
         if layout == "auto":
@@ -138,10 +160,6 @@ def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> 
     else:
         layout = "messages" if layout == "auto" else layout
         role_tag, content_tag = TURN_KEYS[layout]
-    if entry is not None and entry.layout != "auto" and columns.messages is not None:
-        origin = "named in the dataset entry"
-    images = (columns.images,) if columns.images else POOL_KEYS["image"]
-    videos = (columns.videos,) if columns.videos else POOL_KEYS["video"]
     return RecordFormat(layout, key, role_tag, content_tag, _role_names(tags), images, videos, columns.system, origin)
 
 
@@ -172,7 +190,8 @@ def file_format(entry: ResolvedEntry) -> RecordFormat:
     finally:
         source.close()
     if first is None:  # an empty file: no record to read, none to detect from
-        return _format(entry, entry.layout, entry.columns.messages or MESSAGE_KEYS[0], EMPTY_FILE)
+        default = PAIR_KEYS[0] if entry.layout == "pairs" else MESSAGE_KEYS[0]
+        return _format(entry, entry.layout, entry.columns.messages or default, EMPTY_FILE)
     raise DataError(f"{first.source}:{first.location}: no chat record in the first {read} record(s) of the file "
                     f"(first: {first.reason}: {first.detail})")
 

@@ -204,6 +204,12 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
     for i, raw in enumerate(turns):
         if not isinstance(raw, dict):
             fail(f"message {i} must be an object, got {type(raw).__name__}")
+        if fmt.layout == "pairs":  # one exchange: the user turn and its reply
+            for key, role in ((fmt.role_tag, "user"), (fmt.content_tag, "assistant")):
+                if raw.get(key) is None:
+                    fail(f"exchange {i} has no {key!r}; expected {fmt.expected()}")
+                out.append(Message(role, _content(raw[key], i, fail, placeholders=placeholders)))
+            continue
         name = raw.get(fmt.role_tag)
         role = fmt.roles.get(name) if isinstance(name, str) else None
         if role is None:
