@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from datakit import chat, write_jsonl
+from pydantic import ValidationError
 
 from vlforge.data import DataConfig, DataStream, SampleError, parse_conversation
 from vlforge.data.config import DatasetEntry, resolve_entry
@@ -121,10 +122,11 @@ def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
     ({"id": 3, "image": "a.png"}, "schema", "record needs a non-empty 'messages' list of {role, content} turns, a "
      "'conversations' list of {from, value} turns (LLaVA / ShareGPT) or a 'texts' list of {user, assistant} exchanges"),
     ({"texts": [{"user": "Q", "assistant": "A", "source": "ai2d"}, {"user": "Q2", "source": "ai2d"}]}, "schema",
-     "exchange 1 has no 'assistant'; expected a non-empty 'texts' list of {user, assistant} exchanges (pairs: texts of "
+     "exchange 1 has no 'assistant' text; expected a non-empty 'texts' list of {user, assistant} exchanges (pairs: texts of "
      "{user, assistant} (detected from item 4))"),
-    ({"images": ["a.png"], "texts": [{"user": "<image><image>Q", "assistant": "A"}]}, "placeholder_mismatch",
-     "2 <image> placeholder(s) in the text but 1 item(s) in 'images'"),
+    ({"texts": [{"user": ["a part"], "assistant": "A"}]}, "schema", "exchange 0 has a list as its 'user' text"),
+    ({"texts": [None, "a caption"]}, "schema", "'texts' must be a non-empty list of turns (objects), got a list "
+     "whose item 0 is NoneType"),
 ])
 def test_records_that_fit_no_layout_fail_in_one_line(record, reason, detail):
     with pytest.raises(SampleError) as info:
@@ -144,6 +146,16 @@ def test_pairs_layout_named_with_renamed_keys(tmp_path):
     assert _parts(parse_conversation(record, "d.json", "item 1", fmt)) == [
         ("system", ["Be brief."]), ("user", [("image", "c.png"), "What is it?"]), ("assistant", ["A cat."]),
         ("user", ["Colour?"]), ("assistant", ["Grey."])]
+
+
+def test_pairs_text_is_text_and_the_images_go_first(tmp_path):
+    """As The Cauldron's readers (torchtune's TheCauldronToMessages) build the chat: ``<image>`` in an exchange is
+    literal text; every image goes before the first question."""
+    record = {"images": ["a.png", "b.png"], "texts": [{"user": "Is <image> a tag?", "assistant": "In HTML, <image> is."}]}
+    assert _parts(parse_conversation(record, "d.json", "item 1")) == [
+        ("user", [("image", "a.png"), ("image", "b.png"), "Is <image> a tag?"]), ("assistant", ["In HTML, <image> is."])]
+    with pytest.raises(ValidationError, match=r"layout pairs: an exchange's keys are tags.user_tag and tags.assistant_tag"):
+        _entry(tmp_path, "d.json", layout="pairs", tags={"role_tag": "q", "content_tag": "a"})
 
 
 def test_entry_renames_keys_and_roles_as_llama_factory_does(tmp_path):

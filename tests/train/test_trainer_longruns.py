@@ -244,9 +244,10 @@ def test_after_every_stop_the_run_resumes_bit_identical_to_one_without_them(one_
 
 
 # -- in one process: a stop between two logs ------------------------------------------------------------------------
-def _in_process(out: Path, model_path: Path, **training) -> Trainer:
+def _in_process(out: Path, model_path: Path, save_steps: int = 100, **training) -> Trainer:
     cfg = tiny_config(out, model_path, training={"max_steps": 4, **training}, logging={"logging_steps": 4},
-                      checkpointing={"resume": "auto"}, model={"token_audit": False, "memory_plan": False})
+                      checkpointing={"resume": "auto", "save_steps": save_steps},
+                      model={"token_audit": False, "memory_plan": False})
     return Trainer(TrainConfig.model_validate(cfg), progress=False, export=False)
 
 
@@ -256,7 +257,8 @@ def _records(out: Path) -> list[dict[str, Any]]:
 
 def test_steps_since_the_last_log_are_logged_when_a_signal_or_divergence_stops_the_run(tmp_path, model_path):
     """logging_steps = 4: a stop signal in step 2 and a divergence in step 3 still log the steps before them; a
-    signal-stopped run and its resumption log every label token of the uninterrupted run, each once."""
+    signal-stopped run and its resumption log every label token of the uninterrupted run, each once; a run that
+    crashed after its checkpoint at step 3 resumes with steps 1-3 in hand and logs the uninterrupted run's record."""
     _in_process(tmp_path / "ref", model_path).train()
     [whole] = [r for r in _records(tmp_path / "ref") if "loss" in r]
 
@@ -277,6 +279,24 @@ def test_steps_since_the_last_log_are_logged_when_a_signal_or_divergence_stops_t
     assert sum(r["label_tokens"] for r in parts) == whole["label_tokens"]
     assert sum(r["loss"] * r["label_tokens"] for r in parts) == pytest.approx(whole["loss"] * whole["label_tokens"],
                                                                               rel=1e-5)
+
+    crashed = _in_process(tmp_path / "crash", model_path, save_steps=3)
+    step = crashed.train_step
+
+    def crash(*args, **kwargs):
+        if crashed.step == 3:
+            raise RuntimeError("the node went away")  # in step 4, after checkpoint-3
+        return step(*args, **kwargs)
+
+    crashed.train_step = crash
+    with pytest.raises(RuntimeError, match="the node went away"):
+        crashed.train()
+    assert not (tmp_path / "crash" / "metrics.jsonl").exists() or not [
+        r for r in _records(tmp_path / "crash") if "loss" in r]
+    _in_process(tmp_path / "crash", model_path, save_steps=3).train()
+    [again] = [r for r in _records(tmp_path / "crash") if "loss" in r]
+    assert (again["step"], again["label_tokens"]) == (4, whole["label_tokens"])
+    assert (again["loss"], again["grad_norm"]) == pytest.approx((whole["loss"], whole["grad_norm"]), rel=1e-6)
 
     with pytest.raises(DivergenceError, match=r"step 3: .* not finite in 2 step"):
         _in_process(tmp_path / "nan", model_path, learning_rate=1e8, max_nonfinite_steps=2).train()

@@ -235,6 +235,21 @@ def test_resumed_metrics_drop_the_steps_the_killed_run_logged_after_the_checkpoi
     assert steps == [1, 2, 3, 4]
 
 
+def test_a_resume_drops_the_stop_record_of_steps_its_checkpoint_carries(tmp_path):
+    """A checkpoint at step 3 that holds step 3 for the next record (logging_steps 2): the record a stop wrote at
+    step 3 goes (the resumed run logs that step again); the eval record of step 3 stays."""
+    from vlforge.config.preflight import METRICS_FILE
+    from vlforge.train.metrics import CLOSING_KEY, MetricsLogger
+
+    old = [{"step": 2, "loss": 2.0}, {"step": 3, "eval_loss": 1.0}, {"step": 3, "loss": 9.0},
+           {"step": 3, CLOSING_KEY: "data_report.json"}]
+    (tmp_path / METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in old), encoding="utf-8")
+    with MetricsLogger(tmp_path, main=True, report_to=[], run_name="r", total_steps=6, progress=False,
+                       start_step=3, carried_steps=1):
+        pass
+    assert [json.loads(line) for line in (tmp_path / METRICS_FILE).read_text().splitlines()] == old[:2]
+
+
 # -- 6. validate and train agree on model.lora (and every other refusal of the trainer) -----------------
 LORA_YAML = """
 data: {dataset_path: d.yaml}

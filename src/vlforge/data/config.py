@@ -9,7 +9,7 @@ knobs. Defaults are the training config's (LMMS Engine's where LMMS Engine has t
 
 A dataset YAML is a list of entries ``{path, data_folder, data_type}`` (or a mapping with a
 ``datasets:`` list) plus optional ``weight`` (sampling ratio in the mixture), ``max_samples`` and the record
-layout: ``layout`` (``auto``, ``messages``, ``sharegpt``), ``columns`` and ``tags`` (record keys and role names,
+layout: ``layout`` (``auto``, ``messages``, ``sharegpt``, ``pairs``), ``columns`` and ``tags`` (record keys and role names,
 as LLaMA-Factory's ``dataset_info.json`` names them; :mod:`vlforge.data.layouts`).
 Relative ``path`` / ``data_folder`` resolve against the YAML's directory; an empty ``data_folder``
 means the dataset file's own directory.
@@ -124,6 +124,16 @@ class DatasetEntry(StrictModel):
     """Record keys of the turns, images, videos and system prompt, where they are not the usual ones."""
     tags: RoleTags = Field(default_factory=RoleTags)
     """Turn keys and role names, where they are not the usual ones."""
+
+    @model_validator(mode="after")
+    def _pair_tags(self) -> DatasetEntry:
+        if self.layout == "pairs":
+            named = [key for key in ("role_tag", "content_tag", "system_tag") if getattr(self.tags, key) is not None]
+            if named:
+                raise field_error(f"tags.{named[0]}", "layout pairs: an exchange's keys are tags.user_tag and "
+                                  "tags.assistant_tag; tags.role_tag, content_tag and system_tag name the keys of "
+                                  "{role, content} turns")
+        return self
 
     @model_validator(mode="after")
     def _known_type(self) -> DatasetEntry:

@@ -114,17 +114,23 @@ def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, loc
                                                          "pairs": PAIR_KEYS}.get(layout, MESSAGE_KEYS)
     key = next((k for k in keys if record.get(k) not in (None, "", [])), None)
     if key is None:
+        items = "exchanges" if layout == "pairs" else "turns"
         if columns.messages:
-            fail(f"record has no {columns.messages!r} list of turns (columns.messages of the dataset entry)")
+            fail(f"record has no {columns.messages!r} list of {items} (columns.messages of the dataset entry)")
         if layout == "pairs":
             fail("record needs a non-empty 'texts' list of {user, assistant} exchanges (layout pairs)")
-        fail("record needs a non-empty 'messages' list of {role, content} turns, a 'conversations' list of "
-             "{from, value} turns (LLaVA / ShareGPT) or a 'texts' list of {user, assistant} exchanges (The Cauldron)")
+        if layout == "auto":
+            fail("record needs a non-empty 'messages' list of {role, content} turns, a 'conversations' list of "
+                 "{from, value} turns (LLaVA / ShareGPT) or a 'texts' list of {user, assistant} exchanges "
+                 "(The Cauldron)")
+        fail(f"record needs a non-empty {', '.join(map(repr, MESSAGE_KEYS))} list of turns (layout {layout})")
     turns = turns_of(record[key])
     if isinstance(turns, str):
         raise SampleError("malformed_json", source, location, f"{key!r} is a string that is not valid JSON")
     if not isinstance(turns, list) or not turns or not isinstance(turns[0], dict):
-        fail(f"{key!r} must be a non-empty list of turns (objects), got {type(turns).__name__}")
+        got = (type(turns).__name__ if not isinstance(turns, list) else "an empty list" if not turns else
+               f"a list whose item 0 is {type(turns[0]).__name__}")
+        fail(f"{key!r} must be a non-empty list of turns (objects), got {got}")
     name = layout
     if layout == "auto" and tags.role_tag is None:
         name = next((n for n, (role, _) in TURN_KEYS.items() if role in turns[0]), None)
@@ -135,7 +141,7 @@ def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, loc
             found = ", ".join(sorted(map(str, turns[0]))) or "none"
             fail(f"turn 0 of {key!r} has neither a 'role' (messages layout) nor a 'from' key (sharegpt layout) nor "
                  f"'user' and 'assistant' keys (pairs layout); its keys: {found} (name them with tags.role_tag and "
-                 "tags.content_tag)")
+                 "tags.content_tag, or for exchanges layout: pairs with tags.user_tag and tags.assistant_tag)")
     origin = (f"layout named in the dataset entry, turns key from {location}" if layout != "auto" or tags.role_tag is not None
               else f"detected from {location}")
     return _format(entry, name, key, origin)

@@ -198,17 +198,20 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
         fail(f"record needs {fmt.expected()}")
     if (audio := audio_key(record)) is not None:
         fail(f"{audio!r}: audio is not supported (vlforge trains vision-language chats)")
-    # transformers' messages name their media in parts: there ``<image>`` is text unless the record has a media list
-    placeholders = fmt.layout != "messages" or any(record.get(k) is not None for k in (*fmt.images, *fmt.videos))
+    # transformers' messages name their media in parts: there ``<image>`` is text unless the record has a media list;
+    # The Cauldron's exchanges are text (its readers put the images first whatever the text says)
+    placeholders = fmt.layout == "sharegpt" or (
+        fmt.layout == "messages" and any(record.get(k) is not None for k in (*fmt.images, *fmt.videos)))
     out: list[Message] = []
     for i, raw in enumerate(turns):
         if not isinstance(raw, dict):
             fail(f"message {i} must be an object, got {type(raw).__name__}")
-        if fmt.layout == "pairs":  # one exchange: the user turn and its reply
+        if fmt.layout == "pairs":  # one exchange: the user turn and its reply, both text
             for key, role in ((fmt.role_tag, "user"), (fmt.content_tag, "assistant")):
-                if raw.get(key) is None:
-                    fail(f"exchange {i} has no {key!r}; expected {fmt.expected()}")
-                out.append(Message(role, _content(raw[key], i, fail, placeholders=placeholders)))
+                if not isinstance(raw.get(key), str):
+                    got = "no" if raw.get(key) is None else f"a {type(raw[key]).__name__} as its"
+                    fail(f"exchange {i} has {got} {key!r} text; expected {fmt.expected()}")
+                out.append(Message(role, [TextPart(raw[key])]))
             continue
         name = raw.get(fmt.role_tag)
         role = fmt.roles.get(name) if isinstance(name, str) else None

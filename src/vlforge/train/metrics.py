@@ -51,7 +51,8 @@ class MetricsLogger:
     """Writes metric records to every configured sink; does nothing on ranks other than 0."""
 
     def __init__(self, output_dir: Path, *, main: bool, report_to: list[str], run_name: str, total_steps: int,
-                 progress: bool = True, start_step: int = 0, config: dict[str, Any] | None = None) -> None:
+                 progress: bool = True, start_step: int = 0, carried_steps: int = 0,
+                 config: dict[str, Any] | None = None) -> None:
         self.main, self.total, self.start = main, total_steps, start_step
         self.path = output_dir / METRICS_FILE
         self.tb = self.wandb = self.bar = None
@@ -63,7 +64,7 @@ class MetricsLogger:
             return
         output_dir.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
-            self._truncate_after(start_step)
+            self._truncate_after(start_step, carried_steps)
         self.file = self.path.open("a", encoding="utf-8")
         record(self.path, writer="train", growing=True)
         try:
@@ -83,10 +84,11 @@ class MetricsLogger:
             self.bar.start()
             self._task = self.bar.add_task("train", total=total_steps, completed=start_step, info="")
 
-    def _truncate_after(self, step: int) -> None:
+    def _truncate_after(self, step: int, carried: int = 0) -> None:
         """Drop records after ``step``: a killed run may have logged steps past the checkpoint resumed from
         (a fresh run, step 0, drops them all); a line cut short by the kill goes too, and so does the closing
-        record of a run that stopped (this run writes its own at its end)."""
+        record of a run that stopped (this run writes its own at its end). ``carried``: the checkpoint holds its
+        last ``carried`` steps for the next record, so a training record of them (a stop's) goes too."""
         text = self.path.read_text(encoding="utf-8")
         lines = text.splitlines()
         kept = []
@@ -95,7 +97,8 @@ class MetricsLogger:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a line cut short by the kill
-            if int(record.get("step", 0)) <= step and CLOSING_KEY not in record:
+            at = int(record.get("step", 0))
+            if at <= step and CLOSING_KEY not in record and not ("loss" in record and at > step - carried):
                 kept.append(line)
         wanted = "".join(line + "\n" for line in kept)
         if wanted != text:  # also a last line without its newline: the next record must not join it

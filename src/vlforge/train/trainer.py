@@ -296,6 +296,8 @@ class Trainer:
             self.step = int(state["step"])
             if "guard" in state:
                 self.guard.load_state_dict(state["guard"])
+            if "metrics_interval" in state:  # the steps after the last record before it: the next record has them
+                self.interval.load_state_dict(state["metrics_interval"], ctx)
             saved_sp = int(state.get("config", {}).get("sp_ulysses_degree", 1))
             self.stream.load_state_dict(data_states[::saved_sp])  # one state per data shard
         self.ready = True
@@ -497,15 +499,19 @@ class Trainer:
         return {"model_source": loaded.source, "model_path": str(loaded.path), "family": loaded.family,
                 "config": self.cfg.model_dump(mode="json")}
 
-    def _save(self) -> Path:
+    def _save(self, log: MetricsLogger | None = None, result: RunResult | None = None) -> Path:
         """A checkpoint of this step (a collective; the caller settles the step guard's verdicts first). Weights that
-        are not finite are never written."""
+        are not finite are never written (during the run, ``log`` / ``result``: the data report first)."""
         diverged = self.guard.check_weights(self.model, self.step)
         if diverged is not None:
+            if log is not None and result is not None:
+                self._finish_data(log, result)
+                self.stream.close()
             raise diverged
         return ckpt.save_checkpoint(self.output_dir, self.step, self.ctx, self.model, self.optimizer,
                                     self.scheduler, self.stream.state_dict(),
-                                    {**self._meta(), "guard": self.guard.state_dict()},
+                                    {**self._meta(), "guard": self.guard.state_dict(),
+                                     "metrics_interval": self.interval.state_dict(self.ctx)},
                                     keep=self.cfg.checkpointing.save_total_limit)
 
     def _newest(self) -> str:
@@ -553,12 +559,12 @@ class Trainer:
         result = RunResult(self.output_dir, self.step, resumed_from=self.resumed_from, start_step=self.step)
         log_every = cfg.logging.logging_steps
         eval_every = cfg.training.eval_steps if cfg.training.eval_strategy == "steps" else None
-        self.interval.reset()
+        self.interval.start()
         last_saved = None
         watch = CompileWatch(self.step + 1) if cfg.model.compile else None
         with MetricsLogger(self.output_dir, main=ctx.is_main, report_to=cfg.logging.report_to,
                            run_name=cfg.logging.run_name or self.output_dir.name, total_steps=self.total,
-                           progress=self.progress, start_step=self.step,
+                           progress=self.progress, start_step=self.step, carried_steps=self.interval.steps,
                            config=cfg.model_dump(mode="json")) as log:
             while self.step < self.total:
                 beats.step = self.step + 1
@@ -590,7 +596,7 @@ class Trainer:
                 if self._save_due():
                     self._stop_if_over(log, result, settle=True)
                     log.flush()  # every sink holds the steps up to this checkpoint before it exists
-                    last_saved = self._save()
+                    last_saved = self._save(log, result)
                 asked = totals.requests if ctx.distributed else tuple(stops.requests())  # one process: no one to ask
                 if any(asked) and self.step < self.total:
                     self._preempted(log, result, asked, stops.names(), last_saved)
@@ -628,10 +634,10 @@ class Trainer:
                    last_saved: Path | None) -> None:
         """Every rank learnt of a stop signal at this step: checkpoint it, write the reports, stop with exit 4."""
         self._stop_if_over(log, result, settle=True)
-        self._log_interval(log, result)  # the steps since the last record: the resumed run logs from the next one
         if last_saved is None or last_saved.name != f"checkpoint-{self.step}":
+            self._log_interval(log, result)  # the steps since the last record; the checkpoint then carries none
             log.flush()
-            last_saved = self._save()
+            last_saved = self._save(log, result)
         self._finish_data(log, result)
         self.stream.close()
         self.ctx.barrier()
@@ -726,15 +732,42 @@ class Trainer:
 
 class _Interval:
     """The steps since the last metrics record. Sums stay on the device: loss, label tokens (per rank), grad norm
-    and router loss; the host reads them only when the record is made."""
+    and router loss; the host reads them only when the record is made. A checkpoint holds them (summed over ranks),
+    so the record after a resume covers the same steps as in a run never stopped."""
 
     def __init__(self, device: torch.device) -> None:
         self.acc = torch.zeros(4, device=device)
+        self.elapsed = 0.0  # seconds of a resumed interval before this process
         self.reset()
 
     def reset(self) -> None:
         self.acc.zero_()
         self.tokens, self.steps, self.lr, self.since = 0, 0, 0.0, time.perf_counter()
+
+    def start(self) -> None:
+        """The clock starts (a resumed interval: where it stopped)."""
+        self.since, self.elapsed = time.perf_counter() - self.elapsed, 0.0
+
+    def state_dict(self, ctx: DistContext) -> dict[str, Any]:
+        """The interval summed over ranks, per data shard and step (a collective), as a checkpoint keeps it."""
+        sums = self.acc.clone()
+        sums[[0, 1, 3]] = ctx.all_reduce_sum(sums[[0, 1, 3]].contiguous())
+        tokens = ctx.all_reduce_sum(torch.tensor([float(self.tokens)], device=ctx.device))
+        loss, count, norm, router = sums.tolist()
+        return {"steps": self.steps, "loss_sum": loss, "label_tokens": count, "grad_norm_sum": norm,
+                "router_aux_mean_sum": router / ctx.world_size, "tokens": float(tokens.item()) / ctx.sp_degree,
+                "lr": self.lr, "seconds": time.perf_counter() - self.since}
+
+    def load_state_dict(self, state: dict[str, Any], ctx: DistContext) -> None:
+        """Rank 0 holds the sums (the record all-reduces them), every rank the step count and the grad norm sum
+        (not reduced); the layout of ranks may differ from the saving run's."""
+        main = ctx.rank == 0
+        self.acc = torch.tensor([state["loss_sum"] if main else 0.0, state["label_tokens"] if main else 0.0,
+                                 state["grad_norm_sum"],
+                                 state["router_aux_mean_sum"] * ctx.world_size if main else 0.0],
+                                device=self.acc.device)
+        self.tokens = round(state["tokens"] * ctx.sp_degree) if main else 0
+        self.steps, self.lr, self.elapsed = int(state["steps"]), float(state["lr"]), float(state["seconds"])
 
     def add(self, sums: torch.Tensor, tokens: int, lr: float) -> None:
         """One optimiser step: its device sums, its input tokens and its learning rate (the record's lr is the last)."""
