@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from vlforge.errors import ConfigError
-from vlforge.rl.launch import parse_launch
+from vlforge.rl.launch import VERL_PACKAGED, parse_launch
 from vlforge.rl.spec import RunRequest, resolve
 
 from .conftest import invoke
@@ -158,9 +158,10 @@ def test_a_trl_launch_command_reads_as_trls_own_parser(tiny_checkpoint, prompts,
     (None, ["a=1"], "pass --engine (verl, easyr1 or trl): it names no launcher"),
     ("verl", ["data.train_files"], "launch argument 'data.train_files': expected KEY=VALUE (a Hydra override)"),
     ("verl", ["--multirun", "a=1"], "launch argument '--multirun': not a Hydra override vlforge reads"),
-    ("verl", ["python3", "-m", "verl.trainer.main_ppo", "--config-path=config", "--config-name=grpo"],
-     "launch argument --config-path config: Hydra reads a relative path beside the launched module's file"),
-    ("verl", ["--config-name", "ppo_megatron_trainer"], "without --config-path verl reads it from its own package"),
+    ("verl", ["python3", "-m", "verl.trainer.main_ppo", "--config-path=my_configs", "--config-name=grpo"],
+     "launch argument --config-path my_configs: Hydra reads a relative path beside the launched module's file"),
+    ("verl", ["--config-name", "evaluation"], "launch argument --config-name evaluation: verl reads it from its own "
+     "package; pass that file with --config"),
     ("verl", ["x.y=[a,b"], "missing ']'"),
     ("verl", ["trainer.logger=console,wandb"], "a sweep (console,wandb); vlforge reads one run"),
     ("verl", ["python3", "-m", "verl.trainer.main", "config=x.yaml"],
@@ -214,7 +215,8 @@ def test_config_named_twice_or_missing_is_one_line(tmp_path, base):
 
 def test_the_engine_defaults_vlforge_falls_back_to_are_the_engines_own(verl_site):
     """What a run gets when its command and config say nothing: TRL 1.16's GRPOConfig fields and verl 0.9.1's
-    packaged config (composed by Hydra, no overrides)."""
+    packaged configs (composed by Hydra, no overrides), which a command names as its examples do
+    (``--config-path=config --config-name='ppo_megatron_trainer.yaml'``)."""
     import dataclasses
 
     from trl import GRPOConfig
@@ -229,10 +231,15 @@ def test_the_engine_defaults_vlforge_falls_back_to_are_the_engines_own(verl_site
     config_dir = verl_site / "verl" / "trainer" / "config"
     keys = ["actor_rollout_ref.rollout.n", "data.prompt_key", "data.max_response_length",
             "actor_rollout_ref.rollout.temperature"]
-    verl = _engine_parser(verl_site, {"engine": "verl", "config_dir": str(config_dir), "config_name": "ppo_trainer",
-                                      "overrides": [], "keys": keys})
-    assert [verl[key] for key in keys] == [engine("verl").group_size, PROMPT_KEYS["verl"],
-                                           engine("verl").response_length, RunSpec.model_fields["temperature"].default]
+    for name in VERL_PACKAGED:
+        verl = _engine_parser(verl_site, {"engine": "verl", "config_dir": str(config_dir), "config_name": name,
+                                          "overrides": [], "keys": keys})
+        assert [verl[key] for key in keys] == [engine("verl").group_size, PROMPT_KEYS["verl"],
+                                               engine("verl").response_length,
+                                               RunSpec.model_fields["temperature"].default], name
+        launch = parse_launch(None, ["python3", "-m", "verl.trainer.main_ppo", "--config-path=config",
+                                     f"--config-name='{name}.yaml'".replace("'", ""), "data.prompt_key=q"])
+        assert (launch.packaged, launch.config, launch.overrides) == (name, None, [("data.prompt_key", "q")])
 
 
 @pytest.mark.parametrize(("args", "launcher", "rest"), [

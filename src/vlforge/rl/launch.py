@@ -48,6 +48,9 @@ LAUNCHERS: dict[str, str] = {
 
 VERL_CONFIG_NAME = "ppo_trainer"
 """The config ``verl.trainer.main_ppo`` composes when the command names none (its ``@hydra.main``)."""
+VERL_PACKAGED = ("ppo_trainer", "ppo_megatron_trainer")
+"""verl's packaged trainer configs (``verl/trainer/config``, the folder ``--config-path=config`` names beside
+``main_ppo``) whose values vlforge reads are the engine's defaults (tests/rl/test_launch.py composes each)."""
 
 _DELETE = object()
 _KEY = re.compile(r"^[A-Za-z_$][\w$-]*(\.[\w$-]+)*$")
@@ -152,7 +155,7 @@ def parse_launch(engine: str | None, args: list[str]) -> Launch:
         where = f"its launcher {launcher!r} is not one vlforge knows" if launcher else "it names no launcher"
         raise ConfigError(f"launch arguments: pass --engine (verl, easyr1 or trl): {where}")
     if engine == "verl":
-        launch = _hydra(rest, script)
+        launch = _hydra(rest, script, launcher)
     elif engine == "easyr1":
         launch = _omegaconf(rest)
     elif engine == "trl":
@@ -164,7 +167,7 @@ def parse_launch(engine: str | None, args: list[str]) -> Launch:
     return launch
 
 
-def _hydra(args: list[str], script: Path | None) -> Launch:
+def _hydra(args: list[str], script: Path | None, launcher: str | None) -> Launch:
     launch, directory, name = Launch(), None, None
     words = iter(args)
     for word in words:
@@ -190,12 +193,13 @@ def _hydra(args: list[str], script: Path | None) -> Launch:
             raise ConfigError(f"launch argument {word!r}: expected KEY=VALUE (a Hydra override)")
         launch.overrides.append((_key(key, word), hydra_value(raw, word)))
     stem = (name or VERL_CONFIG_NAME).removesuffix(".yaml").removesuffix(".yml")
-    if directory is None:  # verl's own config folder, inside its package
-        if stem != VERL_CONFIG_NAME:
-            raise ConfigError(f"launch argument --config-name {name}: without --config-path verl reads it from its "
-                              "own package; pass that file with --config (e.g. verl/trainer/config/"
-                              "_generated_ppo_trainer.yaml, the flattened ppo_trainer)")
-        launch.packaged = VERL_CONFIG_NAME
+    own = launcher == "verl.trainer.main_ppo" and directory is not None and Path(directory) == Path("config")
+    if directory is None or own:  # verl's own config folder, inside its package
+        if stem not in VERL_PACKAGED:
+            raise ConfigError(f"launch argument --config-name {name}: verl reads it from its own package; pass "
+                              "that file with --config (e.g. verl/trainer/config/_generated_ppo_trainer.yaml, the "
+                              "flattened ppo_trainer)")
+        launch.packaged = stem
         return launch
     folder = Path(directory).expanduser()
     if not folder.is_absolute():
