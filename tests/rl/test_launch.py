@@ -208,6 +208,10 @@ def test_config_named_twice_or_missing_is_one_line(tmp_path, base):
     code, _, stderr = invoke("rl", "check", "--format-regex", "<think>", "--", "trl", "grpo", "--model_name_or_path",
                              str(base), "--num_generations", "four")
     assert code == 2 and "num_generations: expected an integer, got 'four'" in stderr
+    code, _, stderr = invoke("rl", "check", "--format-regex", "<think>", "--", "python3", "-m", "verl.trainer.main",
+                             "data.train_files=hiyouga/geometry3k@train", f"worker.actor.model.model_path={base}")
+    assert code == 2 and "launch:data.train_files: hiyouga/geometry3k: not found (a hub dataset name? vlforge reads " \
+        "no network" in stderr
     code, _, stderr = invoke("rl", "check", "--engine", "verl", "--format-regex", "<think>", "--", "data.prompt_key=q")
     assert code == 2 and "no model: pass --model" in stderr and "or in the launch command" in stderr
 

@@ -57,7 +57,9 @@ def _native(value: Any) -> Any:
 def check_prompts_file(path: Path, key: str) -> None:
     """The file exists, is a format vlforge reads, and has the prompt column (read before torch loads)."""
     if not path.exists():
-        raise DataError(f"--prompts {path}: not found")
+        hub = "" if path.suffix or path.is_absolute() or len(path.parts) != 2 else (
+            " (a hub dataset name? vlforge reads no network: pass --prompts with a local parquet or JSONL copy)")
+        raise DataError(f"--prompts {path}: not found{hub}")
     if path.suffix not in SUFFIXES:
         raise DataError(f"--prompts {path}: expected {', '.join(SUFFIXES)}")
     if path.suffix == ".parquet":
