@@ -21,11 +21,11 @@ from vlforge.models.tiny import families
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 # GLM-4V writes a video as per-frame image placeholders (with timestamps), Qwen as video placeholders.
-FRAMES_AS_IMAGES = {"glm4v"}
+FRAMES_AS_IMAGES = {"glm4v", "glm4v_moe"}
 OURS = {"qwen2_vl": "Qwen2VLFramesVideoProcessor", "qwen2_5_vl": "Qwen2VLFramesVideoProcessor",
         "qwen3_vl": "Qwen3VLFramesVideoProcessor", "qwen3_vl_moe": "Qwen3VLFramesVideoProcessor",
         "qwen3_5": "Qwen3VLFramesVideoProcessor", "qwen3_5_moe": "Qwen3VLFramesVideoProcessor",
-        "glm4v": "Glm4vFramesVideoProcessor"}
+        "glm4v": "Glm4vFramesVideoProcessor", "glm4v_moe": "Glm4vFramesVideoProcessor"}
 
 
 def _python(code_or_args: list[str], timeout: int = 300) -> subprocess.CompletedProcess:

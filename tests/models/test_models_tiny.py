@@ -18,7 +18,7 @@ from vlforge.errors import ConfigError, OutputError
 from vlforge.models.frames_video import FramesVideoProcessor
 from vlforge.models.tiny import MARKER, VOCAB_MULTIPLE, families, write_tiny
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v"]
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v", "glm4v_moe"]
 # What each family's chat template must put where an image / a video goes.
 IMAGE_MARKUP = {
     "qwen2_vl": "<|vision_start|><|image_pad|><|vision_end|>",
@@ -28,6 +28,7 @@ IMAGE_MARKUP = {
     "qwen3_5": "<|vision_start|><|image_pad|><|vision_end|>",
     "qwen3_5_moe": "<|vision_start|><|image_pad|><|vision_end|>",
     "glm4v": "<|begin_of_image|><|image|><|end_of_image|>",
+    "glm4v_moe": "<|begin_of_image|><|image|><|end_of_image|>",
 }
 VIDEO_MARKUP = {
     "qwen2_vl": "<|vision_start|><|video_pad|><|vision_end|>",
@@ -37,6 +38,7 @@ VIDEO_MARKUP = {
     "qwen3_5": "<|vision_start|><|video_pad|><|vision_end|>",
     "qwen3_5_moe": "<|vision_start|><|video_pad|><|vision_end|>",
     "glm4v": "<|begin_of_video|><|video|><|end_of_video|>",
+    "glm4v_moe": "<|begin_of_video|><|video|><|end_of_video|>",
 }
 
 
@@ -110,7 +112,7 @@ def test_video_placeholder_renders_expands_and_runs(family, loaded):
     grid = inputs["video_grid_thw"]
     assert grid.tolist()[0][0] == 2  # 4 frames / temporal patch 2
     merged = int(grid.prod()) // processor.video_processor.merge_size**2
-    video_id = model.config.image_token_id if family == "glm4v" else model.config.video_token_id
+    video_id = model.config.image_token_id if family.startswith("glm4v") else model.config.video_token_id
     assert int((inputs["input_ids"] == video_id).sum()) == merged
     assert int((inputs["mm_token_type_ids"] == 2).sum()) == merged
     decoded = processor.tokenizer.decode(inputs["input_ids"][0])

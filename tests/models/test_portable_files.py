@@ -28,7 +28,7 @@ REPO = HERE.parents[1]
 STOCK_VIDEO = {"qwen2_vl": "Qwen2VLVideoProcessor", "qwen2_5_vl": "Qwen2VLVideoProcessor",
                "qwen3_vl": "Qwen3VLVideoProcessor", "qwen3_vl_moe": "Qwen3VLVideoProcessor",
                "qwen3_5": "Qwen3VLVideoProcessor", "qwen3_5_moe": "Qwen3VLVideoProcessor",
-               "glm4v": "Glm4vVideoProcessor"}
+               "glm4v": "Glm4vVideoProcessor", "glm4v_moe": "Glm4vVideoProcessor"}
 PEER_HINT = ("set VLFORGE_TORCHVISION_PYTHON to a Python with torchvision and transformers, or build LMMS "
              "Engine's venv (it has torchvision): python scripts/peer_env.py build")
 

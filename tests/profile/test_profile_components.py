@@ -12,7 +12,7 @@ from vlforge.profile import ProfileOptions, run_profile
 from vlforge.profile.report import ComponentStats, RunProfile, TotalStats, compare, summarise, timing
 from vlforge.profile.timer import ComponentTimer
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v"]
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v", "glm4v_moe"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

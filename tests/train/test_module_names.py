@@ -20,7 +20,7 @@ from vlforge.models.load import load
 from vlforge.models.module_names import ALIASES, resolve_layer_classes, resolve_lora_targets, resolve_module
 from vlforge.train.model_setup import layer_classes, prepare_model
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v")
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v", "glm4v_moe")
 #: What LMMS Engine users write -> where transformers 5 keeps it, in every supported family.
 WRITTEN = {
     "visual": "model.visual", "merger": "model.visual.merger", "language_model": "model.language_model",

@@ -1,6 +1,6 @@
 """Mixture-of-experts training: the router's load-balancing loss exactly as transformers adds it.
 
-Tiny Qwen3-VL-MoE and Qwen3.5-MoE checkpoints with the router loss turned on (``output_router_logits``) and a
+Tiny Qwen3-VL-MoE, Qwen3.5-MoE and GLM-4.5V checkpoints with the router loss turned on (``output_router_logits``) and a
 coefficient of 0.02 through ``model.overwrite_config``. The plain transformers reference is the checkpoint loaded
 with ``AutoModelForImageTextToText`` and given the same padded batch with ``labels``: its ``loss`` (token mean +
 coefficient x ``aux_loss``) and its gradients must be vlforge's objective and gradients.
@@ -19,7 +19,7 @@ from vlforge.train.loss import model_inputs
 from vlforge.train.trainer import Trainer
 
 COEF = 0.02
-FAMILIES = ("qwen3_vl_moe", "qwen3_5_moe")
+FAMILIES = ("qwen3_vl_moe", "qwen3_5_moe", "glm4v_moe")
 
 
 def _trainer(tmp_path, checkpoint, **model) -> Trainer:

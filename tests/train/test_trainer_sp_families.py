@@ -1,4 +1,4 @@
-"""Ulysses SP for Qwen2.5-VL, Qwen2-VL, GLM-4V and Qwen3.5: SP=2 == one process, 2x2 end to end, resume, eval.
+"""Ulysses SP for Qwen2.5-VL, Qwen2-VL, GLM-4V, Qwen3.5 and the MoE families: SP=2 == one process, 2x2 end to end, resume, eval.
 
 One ``torchrun`` launch (2 gloo ranks) runs every family's cases through the worker of
 test_trainer_sp.py; each test then computes the same batch's loss and gradients with SP=1 here.
@@ -27,9 +27,8 @@ from vlforge.train.trainer import Trainer
 ENTRIES = [
     *(("qwen2_5_vl", case) for case in ("image", "video", "packed", "padded", "packed_gc")),
     *(("qwen2_vl", case) for case in ("image", "video", "packed", "packed_gc")),
-    # GLM-4V: no row with images and a video together (transformers 5.24's Glm4vModel counts video tokens as
-    # image tokens and refuses such a batch, with or without SP).
-    *(("glm4v", case) for case in ("image", "video")),
+    # GLM-4V: its packed row holds images and a video under one placeholder id (vlforge.models.media_mask).
+    *(("glm4v", case) for case in ("image", "video", "packed")),
     # Qwen3.5: its Gated DeltaNet layers split by heads too; one row (samples + the pad tail), padded rows, and a
     # packed row under recomputation (the linear layers' all-to-alls run again in the backward).
     *(("qwen3_5", case) for case in ("image", "padded", "packed_gc")),
@@ -37,6 +36,7 @@ ENTRIES = [
     # Qwen3.5-MoE's linear attention, padded rows whose pads the router loss leaves out, Qwen3-VL-MoE's deepstack).
     *(("qwen3_5_moe", case) for case in ("router_packed", "router_padded")),
     ("qwen3_vl_moe", "router_packed"),
+    ("glm4v_moe", "router_packed"),  # GLM-4.5V: a dense first layer, sigmoid-scored experts, a shared expert
 ]
 FAMILIES = sorted({family for family, _ in ENTRIES})
 

@@ -14,7 +14,7 @@ from vlforge.models.inputs import make_spec
 from vlforge.patches import is_patchable, patched_modules
 from vlforge.verify import VerifyOptions, VerifyReport, run_verify
 
-FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v"]
+FAMILIES = ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "glm4v", "glm4v_moe"]
 PUBLISHED = ["patch_layer.fp32_max_abs_diff", "patch_layer.bf16_cosine", "vision_tower.pooled_cosine"]
 
 

@@ -57,7 +57,7 @@ class FeatureExtractor:
         self.accepts = set(inspect.signature(inner.forward).parameters)
         self.dtype = next(model.parameters()).dtype
         record = FAMILIES.get(family)
-        self.shared_media_token = record is not None and record.media.image == record.media.video
+        self.shared_media_token = record is not None and record.media.shared_placeholder
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, Any], items: list[tuple[int, int]]) -> list[dict[str, torch.Tensor]]:

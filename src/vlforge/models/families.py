@@ -18,7 +18,7 @@ Example:
     >>> family("qwen3-vl")
     Traceback (most recent call last):
     ...
-    vlforge.errors.ConfigError: unknown model family 'qwen3-vl'; did you mean 'qwen3_vl'? (known: qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, glm4v)
+    vlforge.errors.ConfigError: unknown model family 'qwen3-vl'; did you mean 'qwen3_vl'? (known: qwen2_vl, qwen2_5_vl, qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, glm4v, glm4v_moe)
 """
 
 from __future__ import annotations
@@ -48,6 +48,11 @@ class MediaTokens:
     """Tokens the tokenizer must know for the family's template and media (checked at processor set-up)."""
     video_start: str | None = None
     video_end: str | None = None
+
+    @property
+    def shared_placeholder(self) -> bool:
+        """Images and videos use one placeholder token (GLM-4V): only the video markers tell them apart."""
+        return self.image == self.video
 
 
 QWEN_MEDIA = MediaTokens(
@@ -276,6 +281,17 @@ _RECORDS = (
         liger=LigerTargets(rms_norms=("Glm4vRMSNorm",), swiglu=("Glm4vTextMLP", "Glm4VisionMlp")),
     ),
 )
+# GLM-4.5V: GLM-4.1V's vision tower, processor and prompt layout over a sparse MoE text stack (dense first layers,
+# sigmoid-scored routed experts with a correction bias, one shared expert).
+_GLM4V_MOE = replace(
+    _RECORDS[-1], name="glm4v_moe", title="GLM-4.5V", modeling_module="transformers.models.glm4v_moe.modeling_glm4v_moe",
+    config_class="Glm4vMoeConfig", model_class="Glm4vMoeForConditionalGeneration", inner_model_class="Glm4vMoeModel",
+    text_layer_class="Glm4vMoeTextDecoderLayer", vision_block_class="Glm4vMoeVisionBlock",
+    liger=LigerTargets(rms_norms=("Glm4vMoeTextRMSNorm", "Glm4vMoeRMSNorm"),
+                       swiglu=("Glm4vMoeTextMLP", "Glm4vMoeisionMlp"),  # sic: transformers' class name
+                       not_covered=("Glm4vMoeTextExperts",)),
+)
+_RECORDS = (*_RECORDS, _GLM4V_MOE)
 
 FAMILIES: dict[str, Family] = {record.name: record for record in _RECORDS}
 """Every family vlforge supports, by ``model_type``."""

@@ -14,7 +14,7 @@ checkpoint loads with plain transformers, with or without torchvision.
 Real patch geometry is kept (patch 14 or 16, temporal 2, merge 2) so the processors apply the real
 resize rules; everything else is small: 2 vision blocks of width 32, 2 text layers of width 64
 (4 heads of 16, 2 KV heads; Qwen3.5: one Gated DeltaNet and one full-attention layer), a 4-expert top-2 MoE for
-``qwen3_vl_moe`` and ``qwen3_5_moe``. The vocabulary is the
+``qwen3_vl_moe``, ``qwen3_5_moe`` and ``glm4v_moe`` (after one dense layer). The vocabulary is the
 tokenizer length rounded up to a multiple of 64, so rows past the tokenizer exist (as in real Qwen).
 Embeddings are tied unless ``tie_word_embeddings=False``. The same seed gives a byte-identical
 ``model.safetensors``.
@@ -88,6 +88,9 @@ _QWEN3_5_TEXT = {  # the hybrid stack: heads of 32 so that a quarter-rotary head
                         "mrope_section": [2, 1, 1], "mrope_interleaved": True},
 }
 _QWEN3_5_VISION = {k: v for k, v in _QWEN3_VISION.items() if k != "deepstack_visual_indexes"}
+_GLM_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 2], "partial_rotary_factor": 0.5}
+_GLM_VISION = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
+               "image_size": 336, "patch_size": 14, "temporal_patch_size": 2, "spatial_merge_size": 2}
 
 SPECS: dict[str, TinySpec] = {
     # Qwen2-VL-2B: text 1536 wide x 28 layers (12 heads, 2 KV), vocab 151936, tied;
@@ -129,11 +132,15 @@ SPECS: dict[str, TinySpec] = {
     ),
     # GLM-4.1V-9B: text 4096 x 40 layers (32 heads x 128, 2 KV), vocab 151552 (its own tokenizer),
     # half-rotary mrope (8, 12, 12); vision 24 blocks x 1536 (12 heads), image_size 336, patch 14.
-    "glm4v": TinySpec(
-        text={**_TEXT, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
-                                           "mrope_section": [1, 1, 2], "partial_rotary_factor": 0.5}},
-        vision={"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": 64,
-                "image_size": 336, "patch_size": 14, "temporal_patch_size": 2, "spatial_merge_size": 2},
+    "glm4v": TinySpec(text={**_TEXT, "rope_parameters": _GLM_ROPE}, vision=_GLM_VISION),
+    # GLM-4.5V: text 4096 x 46 layers (96 heads x 128, 8 KV, attention bias), the first layer dense (10944), then
+    # 128 sigmoid-routed experts top-8 of width 1408 plus one shared expert, vocab 151424 (its own tokenizer),
+    # untied, half-rotary mrope; vision as GLM-4.1V's. Tiny: a dense layer, then 4 experts top-2 and a shared one.
+    "glm4v_moe": TinySpec(
+        text={**_TEXT, "rope_parameters": _GLM_ROPE, "first_k_dense_replace": 1, "n_routed_experts": 4,
+              "num_experts_per_tok": 2, "moe_intermediate_size": 32, "n_shared_experts": 1, "n_group": 1,
+              "topk_group": 1},
+        vision=_GLM_VISION,
     ),
 }
 

@@ -102,9 +102,19 @@ def router_aux_coef(model: torch.nn.Module) -> float:
         top = getattr(config, name, None)
         return top if top is not None else getattr(text, name, None)
 
-    if not setting("output_router_logits") or getattr(text, "num_experts", None) is None:
+    if not setting("output_router_logits") or expert_count(text) is None:
         return 0.0
     return float(setting("router_aux_loss_coef") or 0.0)
+
+
+def expert_count(text_config: Any) -> int | None:
+    """The routed experts per MoE layer of a text config (Qwen's ``num_experts``, GLM's ``n_routed_experts`` read
+    as transformers' ``num_local_experts``); None for a dense model."""
+    for name in ("num_experts", "num_local_experts"):
+        value = getattr(text_config, name, None)
+        if value is not None:
+            return int(value)
+    return None
 
 
 def _takes_mask() -> bool:

@@ -27,7 +27,7 @@ from vlforge.dist import DistContext
 from vlforge.errors import ConfigError
 from vlforge.models.adapters import apply_lora, freeze
 from vlforge.models.blocks import apply_checkpointing, compile_blocks
-from vlforge.models.families import supports
+from vlforge.models.families import FAMILIES, supports
 from vlforge.models.module_names import resolve_layer_classes
 
 logger = logging.getLogger(__name__)
@@ -103,6 +103,10 @@ def prepare_model(cfg: TrainConfig, ctx: DistContext, *, keep_gathered: bool | N
         from vlforge.models.varlen import use_for_text
 
         use_for_text(model)  # per-sample attention for packed rows, no dense L x L mask (flash-attn absent)
+    if loaded.family in FAMILIES and FAMILIES[loaded.family].media.shared_placeholder:
+        from vlforge.models.media_mask import separate_video_placeholders
+
+        separate_video_placeholders(model)  # images and videos in one batch or packed row (GLM-4V)
     if cfg.packing.packing and supports(loaded.family, "linear_attention"):
         from vlforge.models.linear_attention import use_for_packed_rows
 

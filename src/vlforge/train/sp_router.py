@@ -51,7 +51,7 @@ def balance_sums(router_logits: tuple[torch.Tensor, ...], keep: torch.Tensor, nu
 def group_balance_loss(router_logits: tuple[torch.Tensor, ...], keep: torch.Tensor, text_config: Any,
                        group: Any) -> torch.Tensor:
     """The load-balancing loss of the whole sequence from this rank's shard (``keep``: its real tokens)."""
-    num_experts = text_config.num_experts
+    num_experts = router_logits[0].shape[-1]  # one logit per routed expert, whatever the config calls their count
     assigned, probability, tokens = balance_sums(router_logits, keep, num_experts, text_config.num_experts_per_tok)
     counts = torch.cat([assigned, tokens.reshape(1)])
     dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=group)
