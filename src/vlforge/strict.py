@@ -59,6 +59,8 @@ def error_line(error: ValidationError, model: type[BaseModel]) -> str:
     """The first problem of ``error`` (raised validating ``model``) as ``key.path: message`` (list items as ``[i]``)."""
     first = error.errors(include_url=False)[0]
     loc = tuple(first["loc"])
+    if first["type"] == "vlforge_field":  # a check of several keys names the one at fault (data.config.field_error)
+        loc = (*loc, *first["ctx"]["field"].split("."))
     path = ".".join(str(part) if not isinstance(part, int) else f"[{part}]" for part in loc).replace(".[", "[")
     if first["type"] == "extra_forbidden":
         owner = model_at(model, loc[:-1])

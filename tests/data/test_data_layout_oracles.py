@@ -17,6 +17,9 @@ The layouts, read from their sources:
 * LLaMA-Factory ``data/mllm_demo.json`` and ``data/mllm_video_demo.json`` with their ``data/dataset_info.json``
   entries (``formatting: sharegpt``, ``columns``, ``tags``): ``messages`` of ``{role, content}`` with ``<image>``
   anywhere in a turn (``"What are they doing?<image>"``), ``images`` / ``videos`` lists.
+* LLaMA-Factory's ``alpaca`` formatting (``data/alpaca_en_demo.json``, ``data/README.md``, its
+  ``AlpacaDatasetConverter``): ``instruction`` and ``input`` joined by a newline, ``output``, ``history`` pairs
+  before them, ``system``, ``images``; every key renamed through ``dataset_info.json`` ``columns``.
 * The Cauldron (HuggingFaceM4/the_cauldron, its card's ``dataset_info``; torchtune's ``TheCauldronToMessages``
   and the Idefics2 fine-tuning recipes read it so): parquet with ``images`` (a list of ``Image`` structs) and
   ``texts`` (a list of ``{user, assistant, source}`` exchanges); the images go before the first question.
@@ -221,6 +224,36 @@ def _write_layouts(root: Path) -> dict[str, tuple[dict, list[dict]]]:
                       _reply("The first."), _user("And its colour?"), _reply("Noise.")]},
         {"messages": [_user(("image", "ov_1.png"), "What is shown?"), _reply("A square.")]}])
 
+    # LLaMA-Factory's default `alpaca` formatting (data/alpaca_en_demo.json; its converter joins instruction and input
+    # with a newline and puts `history` pairs first; `images` and `system` columns), read as it is (auto)...
+    alpaca = [
+        {"instruction": "<image>Describe the picture.", "input": "", "output": "Noise.", "images": ["ov_0.png"]},
+        {"instruction": "Translate to English.", "input": "bonjour", "output": "hello"},
+        {"instruction": "And its colour?", "input": "", "output": "Grey.", "system": "Be brief.",
+         "history": [["What is in <image>?", "A square."]], "images": ["ov_1.png"]},
+        {"instruction": "", "input": "Name two colours.", "output": "Red, blue.", "history": []}]
+    (root / "alpaca_demo.json").write_text(json.dumps(alpaca, indent=2))
+    out["llama_factory_alpaca"] = ({"path": "alpaca_demo.json"}, [
+        {"messages": [_user(("image", "ov_0.png"), "Describe the picture."), _reply("Noise.")]},
+        {"messages": [_user("Translate to English.\nbonjour"), _reply("hello")]},
+        {"messages": [{"role": "system", "content": "Be brief."}, _user("What is in ", ("image", "ov_1.png"), "?"),
+                      _reply("A square."), _user("And its colour?"), _reply("Grey.")]},
+        {"messages": [_user("Name two colours."), _reply("Red, blue.")]}])
+    # ... and with its dataset_info.json `columns` renaming every key (a parquet file, history as JSON text; an
+    # image without a placeholder goes to the start of the first user turn)
+    renamed = [{"question": "What is it?", "context": None, "answer": "A picture.", "turns": None, "sys": None,
+                "pics": ["ov_1.png"]},
+               {"question": "Continue.", "context": "1, 2, 3", "answer": "4, 5.", "sys": "Count.",
+                "turns": json.dumps([["Start counting.", "1, 2, 3"]]), "pics": None}]
+    pq.write_table(pa.Table.from_pylist(renamed), root / "alpaca_renamed.parquet")
+    out["llama_factory_alpaca_columns"] = (
+        {"path": "alpaca_renamed.parquet", "layout": "alpaca",
+         "columns": {"prompt": "question", "query": "context", "response": "answer", "history": "turns",
+                     "system": "sys", "images": "pics"}}, [
+            {"messages": [_user(("image", "ov_1.png"), "What is it?"), _reply("A picture.")]},
+            {"messages": [{"role": "system", "content": "Count."}, _user("Start counting."), _reply("1, 2, 3"),
+                          _user("Continue.\n1, 2, 3"), _reply("4, 5.")]}])
+
     for name, (entry, natives) in out.items():
         folder = root / (entry.get("data_folder") or "")
         write_jsonl(folder / f"native_{name}.jsonl", natives)
@@ -249,7 +282,7 @@ def _samples(processor, root: Path, entry: dict) -> list[dict]:
 @pytest.mark.parametrize("name", ["llava_instruct", "sharegpt4v", "llava_video", "llava_onevision", "llava_onevision_arrow",
                                   "llama_factory_mllm_demo",
                                   "llama_factory_mllm_video_demo", "transformers_chat", "trl_vision",
-                                  "the_cauldron"])
+                                  "the_cauldron", "llama_factory_alpaca", "llama_factory_alpaca_columns"])
 def test_published_layout_gives_the_samples_of_the_messages_layout(layouts, processors, name):
     root, files = layouts
     entry, natives = files[name]
@@ -263,5 +296,5 @@ def test_published_layout_gives_the_samples_of_the_messages_layout(layouts, proc
                 assert torch.equal(ours[key], value) if isinstance(value, torch.Tensor) else ours[key] == value, \
                     (family, key)
         media = sum(int(b[k].shape[0]) for b in got for k in ("image_grid_thw", "video_grid_thw") if k in b)
-        assert media == sum(p["type"] != "text" for n in natives for m in n["messages"] if m["role"] == "user"
-                            for p in m["content"])
+        assert media == sum(not isinstance(p, str) and p["type"] != "text" for n in natives for m in n["messages"]
+                            if m["role"] == "user" for p in m["content"])

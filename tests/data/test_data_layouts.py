@@ -10,14 +10,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 from datakit import chat, write_jsonl
 from pydantic import ValidationError
 
 from vlforge.data import DataConfig, DataStream, SampleError, parse_conversation
-from vlforge.data.config import DatasetEntry, resolve_entry
+from vlforge.data.config import DatasetEntry, read_dataset_yaml, resolve_entry
 from vlforge.data.layouts import DETECT_RECORDS, detect, file_format
 from vlforge.data.sources import _array_prefix, open_source
-from vlforge.errors import DataError
+from vlforge.errors import ConfigError, DataError
 
 
 def _process(proc, record, folder, fmt=None):
@@ -120,7 +121,18 @@ def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
      "schema", "'audios': audio is not supported"),
     ({"messages": "[{\"role\": \"user\""}, "malformed_json", "not valid JSON"),
     ({"id": 3, "image": "a.png"}, "schema", "record needs a non-empty 'messages' list of {role, content} turns, a "
-     "'conversations' list of {from, value} turns (LLaVA / ShareGPT) or a 'texts' list of {user, assistant} exchanges"),
+     "'conversations' list of {from, value} turns (LLaVA / ShareGPT), a 'texts' list of {user, assistant} exchanges "
+     "(The Cauldron) or 'instruction' and 'output' keys (alpaca)"),
+    ({"instruction": "Q", "output": None}, "schema", "record has no 'output' text; expected a string 'instruction' and "
+     "a string 'output' (alpaca: {instruction, input, output} records, earlier exchanges from history, system prompt "
+     "from system (detected from item 4))"),
+    ({"instruction": "Q", "input": 7, "output": "A"}, "schema", "record has an int as its 'input' text"),
+    ({"instruction": "Q", "output": "A", "history": [["only a question"]]}, "schema",
+     "'history' item 0 must be an [instruction, reply] pair of strings"),
+    ({"instruction": "Q", "output": "A", "history": "[[\"q\", \"a\"]"}, "schema",
+     "'history' must be a list of [instruction, reply] pairs, got str"),
+    ({"instruction": "<image><image>Q", "output": "A", "images": ["a.png"]}, "placeholder_mismatch",
+     "2 <image> placeholder(s) in the text but 1 item(s) in 'images'"),
     ({"texts": [{"user": "Q", "assistant": "A", "source": "ai2d"}, {"user": "Q2", "source": "ai2d"}]}, "schema",
      "exchange 1 has no 'assistant' text; expected a non-empty 'texts' list of {user, assistant} exchanges (pairs: texts of "
      "{user, assistant} (detected from item 4))"),
@@ -156,6 +168,30 @@ def test_pairs_text_is_text_and_the_images_go_first(tmp_path):
         ("user", [("image", "a.png"), ("image", "b.png"), "Is <image> a tag?"]), ("assistant", ["In HTML, <image> is."])]
     with pytest.raises(ValidationError, match=r"layout pairs: an exchange's keys are tags.user_tag and tags.assistant_tag"):
         _entry(tmp_path, "d.json", layout="pairs", tags={"role_tag": "q", "content_tag": "a"})
+
+
+def test_alpaca_records_as_llama_factory_builds_their_chat(tmp_path):
+    record = {"instruction": "Describe <image>.", "input": "In one word.", "output": "Noise.", "images": ["a.png"],
+              "history": [["Hi", "Hello."]], "system": "Be brief."}
+    assert _parts(parse_conversation(record, "d.json", "item 1")) == [
+        ("system", ["Be brief."]), ("user", ["Hi"]), ("assistant", ["Hello."]),
+        ("user", ["Describe ", ("image", "a.png"), ".\nIn one word."]), ("assistant", ["Noise."])]
+    # a layout of turns wins where a record has both; alpaca keys in the entry read every record as alpaca
+    both = {"instruction": "I", "output": "O", "messages": [{"role": "user", "content": "q"},
+                                                           {"role": "assistant", "content": "a"}]}
+    assert detect(both, None, "d.json", "item 1").layout == "messages"
+    entry = _entry(tmp_path, "d.json", columns={"prompt": "q", "response": "a"})
+    fmt = detect({"q": "Why?", "a": "Because."}, entry, "d.json", "item 1")
+    assert (fmt.layout, fmt.origin) == ("alpaca", "alpaca keys named in the dataset entry")
+    assert file_format(entry).describe() == ("alpaca: {q, input, a} records, earlier exchanges from history, system "
+                                             "prompt from system (alpaca keys named in the dataset entry)")
+    for bad, key in (({"layout": "sharegpt", "columns": {"prompt": "q"}}, "columns.prompt"),
+                     ({"layout": "alpaca", "columns": {"messages": "chat"}}, "columns.messages"),
+                     ({"layout": "alpaca", "tags": {"user_tag": "human"}}, "tags.user_tag"),
+                     ({"columns": {"history": "h"}, "tags": {"role_tag": "r", "content_tag": "c"}}, "tags.role_tag")):
+        (tmp_path / "data.yaml").write_text(yaml.safe_dump([{"path": "d.json", **bad}]))
+        with pytest.raises(ConfigError, match=rf"data.yaml: datasets\[0\]\.{key.replace('.', '[.]')}: layout"):
+            read_dataset_yaml(tmp_path / "data.yaml")
 
 
 def test_entry_renames_keys_and_roles_as_llama_factory_does(tmp_path):

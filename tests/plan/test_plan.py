@@ -217,3 +217,22 @@ def test_the_start_up_verdict_leaves_the_random_state_alone(tmp_path):
     torch.manual_seed(123)
     trainer.plan_verdict()
     assert torch.equal(torch.rand(4), expected)
+
+
+@pytest.mark.parametrize(("preset", "layers"), [("tiny:glm4v_moe", 5), ("real:qwen3_5_9b", None), ("tiny:qwen3_vl", 4)])
+def test_each_kind_of_layer_is_probed_and_counted(preset, layers):
+    """GLM-4.5V's dense first layer and Qwen3.5's linear-attention layers keep other activations than the rest of the
+    stack: the plan probes one layer of each kind and counts it as often as the stack holds it, which is what
+    probing every layer gives."""
+    from vlforge.memory.probe import layer_kinds
+
+    config = load_model_config(preset)
+    if layers:
+        config.text_config.num_hidden_layers = layers
+    model = meta_model(config, torch.bfloat16)
+    _, layers = find_stack(model, "text")
+    every = [text_layer_bytes(model, 128, torch.bfloat16, index=i) for i in range(len(layers))]
+    kinds = layer_kinds(layers)
+    assert sum(count for _, count in kinds) == len(layers)
+    assert sum(count * every[first] for first, count in kinds) == sum(every)
+    assert (len(set(every)) > 1) == (preset != "tiny:qwen3_vl")  # a one-kind stack is probed by layer 0 alone

@@ -89,3 +89,27 @@ def test_two_fsdp2_ranks_with_experts_in_their_units_train_like_one(tmp_path, ti
     assert [r["aux_loss"] for r in one] == pytest.approx([r["aux_loss"] for r in two], rel=1e-5)
     assert max_abs_diff(exported_weights(runs[1] / "final"), exported_weights(runs[2] / "final")) < 1e-6
     assert max_abs_diff(exported_weights(runs[1] / "final"), exported_weights(checkpoint)) > 1e-4
+
+
+@pytest.mark.slow  # two launches
+def test_glm45v_pure_bf16_shards_its_fp32_routers_as_their_own_units(tmp_path, tiny_checkpoint):
+    """GLM-4.5V keeps its routers in fp32 in a bf16 model (transformers' ``_keep_in_fp32_modules_strict``); FSDP2
+    shards one dtype per unit, so a pure-bf16 run on two ranks needs them as units of their own. Its losses follow
+    one process's (bf16: loosely) and the routers train."""
+    checkpoint = tiny_checkpoint("glm4v_moe")
+    runs = {}
+    for ranks, accumulation in ((1, 2), (2, 1)):
+        cfg = tiny_config(tmp_path / f"out{ranks}", checkpoint,
+                          training={"gradient_accumulation_steps": accumulation, "max_steps": 2, "bf16": True},
+                          fsdp={"mixed_precision": "pure_bf16"},
+                          model={"token_audit": False, "memory_plan": False,
+                                 "overwrite_config": {"output_router_logits": True, "router_aux_loss_coef": COEF}})
+        proc = run_training(write_config(tmp_path / f"run{ranks}.yaml", cfg), ranks)
+        runs[ranks] = (tmp_path / f"out{ranks}", proc.stderr)
+    assert "FSDP2: 1 module(s) kept in float32 by the model (Glm4vMoeTextTopkRouter)" in runs[2][1]
+    one, two = _metrics(runs[1][0]), _metrics(runs[2][0])
+    assert len(one) == len(two) == 2 and all(r["aux_loss"] > 0 for r in two)
+    assert [r["loss"] for r in one] == pytest.approx([r["loss"] for r in two], rel=2e-2)
+    start, trained = exported_weights(checkpoint), exported_weights(runs[2][0] / "final")
+    router = [k for k in trained if k.endswith("mlp.gate.weight")]
+    assert router and all(float((trained[k].float() - start[k].float()).abs().max()) > 0 for k in router)

@@ -53,8 +53,12 @@ def infer_data_type(path: str | Path) -> str:
     return kind
 
 
-LayoutName = Literal["auto", "messages", "sharegpt", "pairs"]
+LayoutName = Literal["auto", "messages", "sharegpt", "pairs", "alpaca"]
 """Record layouts a dataset entry may name (docs/data.md, "Record layouts")."""
+
+
+ALPACA_COLUMNS = ("prompt", "query", "response", "history")
+"""``columns`` keys that only layout ``alpaca`` reads (LLaMA-Factory's names)."""
 
 
 class RecordColumns(StrictModel):
@@ -69,7 +73,21 @@ class RecordColumns(StrictModel):
     videos: str | None = Field(default=None, min_length=1)
     """Key of the videos that ``<video>`` placeholders take; null: ``videos``, else ``video``, in each record."""
     system: str | None = Field(default=None, min_length=1)
-    """Key of a system prompt (a string) put before the turns when they have no system turn; null: none."""
+    """Key of a system prompt (a string) put before the turns when they have no system turn; null: none (layout
+    ``alpaca``: ``system`` where a record has one)."""
+    prompt: str | None = Field(default=None, min_length=1)
+    """Layout ``alpaca``: key of the instruction (the user turn's first line); null: ``instruction``."""
+    query: str | None = Field(default=None, min_length=1)
+    """Layout ``alpaca``: key of the optional input appended to the instruction on a new line; null: ``input``."""
+    response: str | None = Field(default=None, min_length=1)
+    """Layout ``alpaca``: key of the reply; null: ``output``."""
+    history: str | None = Field(default=None, min_length=1)
+    """Layout ``alpaca``: key of earlier ``[instruction, reply]`` pairs put before the last exchange; null:
+    ``history`` where a record has one."""
+
+    def alpaca_keys(self) -> list[str]:
+        """The alpaca-only keys this entry names."""
+        return [key for key in ALPACA_COLUMNS if getattr(self, key) is not None]
 
 
 class RoleTags(StrictModel):
@@ -119,7 +137,8 @@ class DatasetEntry(StrictModel):
     layout: LayoutName = "auto"
     """How a record holds its turns: ``messages`` (``{role, content}`` turns, transformers' chat format),
     ``sharegpt`` (``{from, value}`` turns: LLaVA, ShareGPT4V, LLaVA-OneVision-Data), ``pairs`` (``{user,
-    assistant}`` exchanges in ``texts``: The Cauldron) or ``auto`` (the one the file's first chat record uses)."""
+    assistant}`` exchanges in ``texts``: The Cauldron), ``alpaca`` (``instruction`` / ``input`` / ``output`` and an
+    optional ``history``: LLaMA-Factory's default format) or ``auto`` (the one the file's first chat record uses)."""
     columns: RecordColumns = Field(default_factory=RecordColumns)
     """Record keys of the turns, images, videos and system prompt, where they are not the usual ones."""
     tags: RoleTags = Field(default_factory=RoleTags)
@@ -133,6 +152,20 @@ class DatasetEntry(StrictModel):
                 raise field_error(f"tags.{named[0]}", "layout pairs: an exchange's keys are tags.user_tag and "
                                   "tags.assistant_tag; tags.role_tag, content_tag and system_tag name the keys of "
                                   "{role, content} turns")
+        return self
+
+    @model_validator(mode="after")
+    def _alpaca_keys(self) -> DatasetEntry:
+        named = self.columns.alpaca_keys()
+        if named and self.layout not in ("alpaca", "auto"):
+            raise field_error(f"columns.{named[0]}", f"layout {self.layout}: columns.{named[0]} names a key of "
+                              "layout alpaca records (instruction / input / output / history)")
+        if self.layout == "alpaca" or named:
+            given = ["columns.messages"] if self.columns.messages is not None else []
+            given += [f"tags.{key}" for key in RoleTags.model_fields if getattr(self.tags, key) is not None]
+            if given:
+                raise field_error(given[0], "layout alpaca has no list of turns: name its keys with columns.prompt, "
+                                  "columns.query, columns.response and columns.history")
         return self
 
     @model_validator(mode="after")

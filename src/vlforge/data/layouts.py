@@ -1,6 +1,6 @@
 """Record layouts: which keys of a record hold its turns, their roles and contents, and its media.
 
-Three layouts are read; a dataset entry names one (``layout:``) or leaves ``auto``, and may rename keys and roles
+Four layouts are read; a dataset entry names one (``layout:``) or leaves ``auto``, and may rename keys and roles
 (``columns:``, ``tags:``, as LLaMA-Factory's ``dataset_info.json`` does):
 
 * ``messages``: turns ``{"role", "content"}`` (OpenAI / transformers chat format, LMMS Engine, LLaMA-Factory's
@@ -8,7 +8,10 @@ Three layouts are read; a dataset entry names one (``layout:``) or leaves ``auto
 * ``sharegpt``: turns ``{"from", "value"}`` (LLaVA-Instruct, ShareGPT4V, LLaVA-OneVision-Data), in a
   ``conversations`` list, roles ``human`` / ``gpt``;
 * ``pairs``: exchanges ``{"user", "assistant"}``, each a user turn and its reply, in a ``texts`` list (The Cauldron,
-  HuggingFaceM4/the_cauldron, with its ``images`` column).
+  HuggingFaceM4/the_cauldron, with its ``images`` column);
+* ``alpaca``: one exchange per record, ``instruction`` (+ ``input`` on a new line) and its ``output``, after the
+  ``[instruction, reply]`` pairs of an optional ``history`` (LLaMA-Factory's default format, its ``images`` /
+  ``videos`` columns, a ``system`` prompt).
 
 ``auto`` is decided once per file, from the first record that holds turns (:func:`file_format`, reading at most
 :data:`DETECT_RECORDS` records from the start of the file, whatever order training reads it in); every record is
@@ -23,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +47,22 @@ PAIR_TAGS = ("user", "assistant")
 """An exchange's keys in layout ``pairs`` (``tags.user_tag`` / ``tags.assistant_tag`` rename them)."""
 ROLE_NAMES = {"user": ("user", "human"), "assistant": ("assistant", "gpt", "model"), "system": ("system",)}
 """Role names accepted when ``tags`` does not name one (``tags.user_tag`` etc. replace a role's names)."""
+ALPACA_DEFAULTS = {"prompt": "instruction", "query": "input", "response": "output", "history": "history"}
+"""The keys of an ``alpaca`` record (``columns.prompt`` / ``query`` / ``response`` / ``history`` rename them)."""
+ALPACA_SYSTEM = "system"
+"""An ``alpaca`` record's system prompt key when ``columns.system`` is not given (read where present)."""
 DETECT_RECORDS = 100
 """Records read from the start of a file to find the first one that holds turns (``layout: auto``)."""
+
+
+@dataclass(frozen=True)
+class AlpacaKeys:
+    """The keys of an ``alpaca`` record."""
+
+    prompt: str
+    query: str
+    response: str
+    history: str
 
 
 @dataclass(frozen=True)
@@ -60,11 +78,18 @@ class RecordFormat:
     videos: tuple[str, ...] = POOL_KEYS["video"]
     system: str | None = None
     origin: str = "named in the dataset entry"
+    alpaca: AlpacaKeys | None = None
+    """The record keys of layout ``alpaca`` (None for the layouts of turns)."""
 
     def describe(self) -> str:
         """One line: ``sharegpt: conversations of {from, value} (detected from item 1)``."""
         extra = [f"{kind}s from {'/'.join(keys)}" for kind, keys in (("image", self.images), ("video", self.videos))
                  if keys != POOL_KEYS[kind]]
+        if self.alpaca is not None:
+            keys = self.alpaca
+            tail = "".join(f", {item}" for item in extra)
+            return (f"alpaca: {{{keys.prompt}, {keys.query}, {keys.response}}} records, earlier exchanges from "
+                    f"{keys.history}, system prompt from {self.system}{tail} ({self.origin})")
         if self.system:
             extra.append(f"system prompt from {self.system}")
         tail = f"; {', '.join(extra)}" if extra else ""
@@ -72,13 +97,16 @@ class RecordFormat:
 
     def expected(self) -> str:
         """What a record of this file must hold, for error messages."""
+        if self.alpaca is not None:
+            return (f"a string {self.alpaca.prompt!r} and a string {self.alpaca.response!r} ({self.describe()})")
         items = "exchanges" if self.layout == "pairs" else "turns"
         return f"a non-empty {self.messages!r} list of {{{self.role_tag}, {self.content_tag}}} {items} ({self.describe()})"
 
     def to_dict(self) -> dict[str, Any]:
         return {"layout": self.layout, "messages": self.messages, "role_tag": self.role_tag,
                 "content_tag": self.content_tag, "roles": dict(self.roles), "images": list(self.images),
-                "videos": list(self.videos), "system": self.system, "origin": self.origin}
+                "videos": list(self.videos), "system": self.system, "origin": self.origin,
+                "alpaca": None if self.alpaca is None else dataclasses.asdict(self.alpaca)}
 
 
 def _role_names(tags: RoleTags) -> dict[str, str]:
@@ -110,9 +138,16 @@ def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, loc
     def fail(detail: str):
         raise SampleError("schema", source, location, detail)
 
+    alpaca = _alpaca_keys(columns)
+    if layout == "alpaca" or (layout == "auto" and columns.alpaca_keys()):
+        origin = "layout named in the dataset entry" if layout == "alpaca" else "alpaca keys named in the dataset entry"
+        return _format(entry, "alpaca", alpaca.prompt, origin)
     keys = (columns.messages,) if columns.messages else {"auto": MESSAGE_KEYS + PAIR_KEYS,
                                                          "pairs": PAIR_KEYS}.get(layout, MESSAGE_KEYS)
     key = next((k for k in keys if record.get(k) not in (None, "", [])), None)
+    if key is None and layout == "auto" and not columns.messages and alpaca.prompt in record and \
+            alpaca.response in record:
+        return _format(entry, "alpaca", alpaca.prompt, f"detected from {location}")
     if key is None:
         items = "exchanges" if layout == "pairs" else "turns"
         if columns.messages:
@@ -121,8 +156,8 @@ def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, loc
             fail("record needs a non-empty 'texts' list of {user, assistant} exchanges (layout pairs)")
         if layout == "auto":
             fail("record needs a non-empty 'messages' list of {role, content} turns, a 'conversations' list of "
-                 "{from, value} turns (LLaVA / ShareGPT) or a 'texts' list of {user, assistant} exchanges "
-                 "(The Cauldron)")
+                 "{from, value} turns (LLaVA / ShareGPT), a 'texts' list of {user, assistant} exchanges "
+                 "(The Cauldron) or 'instruction' and 'output' keys (alpaca)")
         fail(f"record needs a non-empty {', '.join(map(repr, MESSAGE_KEYS))} list of turns (layout {layout})")
     turns = turns_of(record[key])
     if isinstance(turns, str):
@@ -155,6 +190,10 @@ def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> 
         origin = "named in the dataset entry"
     images = (columns.images,) if columns.images else POOL_KEYS["image"]
     videos = (columns.videos,) if columns.videos else POOL_KEYS["video"]
+    if layout == "alpaca":  # no turns: one exchange, its keys named by columns.prompt / query / response / history
+        keys = _alpaca_keys(columns)
+        return RecordFormat("alpaca", keys.prompt, keys.query, keys.response, {}, images, videos,
+                            columns.system or ALPACA_SYSTEM, origin, alpaca=keys)
     if layout == "pairs":  # an exchange's two keys are the role names: tags.user_tag / tags.assistant_tag
         user, assistant = tags.user_tag or PAIR_TAGS[0], tags.assistant_tag or PAIR_TAGS[1]
         return RecordFormat("pairs", key, user, assistant, {user: "user", assistant: "assistant"}, images, videos,
@@ -169,6 +208,10 @@ def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> 
     return RecordFormat(layout, key, role_tag, content_tag, _role_names(tags), images, videos, columns.system, origin)
 
 
+def _alpaca_keys(columns: RecordColumns) -> AlpacaKeys:
+    return AlpacaKeys(**{name: getattr(columns, name) or default for name, default in ALPACA_DEFAULTS.items()})
+
+
 EMPTY_FILE = "an empty file"
 """The ``origin`` of the format :func:`file_format` gives a file without any record."""
 
@@ -180,6 +223,8 @@ def file_format(entry: ResolvedEntry) -> RecordFormat:
 
     if entry.layout != "auto" and entry.columns.messages is not None:
         return _format(entry, entry.layout, entry.columns.messages, "named in the dataset entry")
+    if entry.layout == "alpaca" or (entry.layout == "auto" and entry.columns.alpaca_keys()):
+        return detect({}, entry, str(entry.path), "the dataset entry")
     source = open_source(entry.path, entry.data_type)
     first: SampleError | None = None
     read = 0

@@ -180,6 +180,36 @@ def _fill(messages: list[Message], pools: dict[str, tuple[str, list[Any]]], fail
         next(m for m in messages if m.role == "user").parts[:0] = front
 
 
+def _alpaca_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> list[dict[str, str]]:
+    """An ``alpaca`` record as ``{role, content}`` turns: each ``[instruction, reply]`` of its history, then the
+    instruction and the input joined by a newline (either may be empty, as LLaMA-Factory joins them) and the output."""
+    keys = fmt.alpaca
+    assert keys is not None
+
+    def text(key: str, *, required: bool) -> str:
+        value = record.get(key)
+        if value is None and not required:
+            return ""
+        if not isinstance(value, str):
+            kind = type(value).__name__
+            got = "no" if value is None else f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} as its"
+            fail(f"record has {got} {key!r} text; expected {fmt.expected()}")
+        return value
+
+    turns: list[dict[str, str]] = []
+    history = turns_of(record.get(keys.history))
+    if history is not None:
+        if not isinstance(history, list):
+            fail(f"{keys.history!r} must be a list of [instruction, reply] pairs, got {type(history).__name__}")
+        for i, pair in enumerate(history):
+            if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(t, str) for t in pair)):
+                fail(f"{keys.history!r} item {i} must be an [instruction, reply] pair of strings")
+            turns += [{"role": "user", "content": pair[0]}, {"role": "assistant", "content": pair[1]}]
+    query = "\n".join(part for part in (text(keys.prompt, required=True), text(keys.query, required=False)) if part)
+    return [*turns, {"role": "user", "content": query}, {"role": "assistant", "content": text(keys.response,
+                                                                                             required=True)}]
+
+
 def parse_conversation(record: dict[str, Any], source: str, location: str,
                        fmt: RecordFormat | None = None) -> Conversation:
     """Validate ``record`` read in ``fmt`` (None: the layout this record itself shows); raise :class:`SampleError`
@@ -190,17 +220,20 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
 
     if fmt is None:
         fmt = detect(record, None, source, location)
-    raw_turns = record.get(fmt.messages)
-    turns = turns_of(raw_turns)
-    if isinstance(raw_turns, str) and isinstance(turns, str):
-        fail(f"{fmt.messages!r} is a string that is not valid JSON", "malformed_json")
-    if not isinstance(turns, list) or not turns:
-        fail(f"record needs {fmt.expected()}")
+    if fmt.alpaca is not None:
+        turns = _alpaca_turns(record, fmt, fail)
+    else:
+        raw_turns = record.get(fmt.messages)
+        turns = turns_of(raw_turns)
+        if isinstance(raw_turns, str) and isinstance(turns, str):
+            fail(f"{fmt.messages!r} is a string that is not valid JSON", "malformed_json")
+        if not isinstance(turns, list) or not turns:
+            fail(f"record needs {fmt.expected()}")
     if (audio := audio_key(record)) is not None:
         fail(f"{audio!r}: audio is not supported (vlforge trains vision-language chats)")
     # transformers' messages name their media in parts: there ``<image>`` is text unless the record has a media list;
     # The Cauldron's exchanges are text (its readers put the images first whatever the text says)
-    placeholders = fmt.layout == "sharegpt" or (
+    placeholders = fmt.layout in ("sharegpt", "alpaca") or (
         fmt.layout == "messages" and any(record.get(k) is not None for k in (*fmt.images, *fmt.videos)))
     out: list[Message] = []
     for i, raw in enumerate(turns):
@@ -212,6 +245,9 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
                     got = "no" if raw.get(key) is None else f"a {type(raw[key]).__name__} as its"
                     fail(f"exchange {i} has {got} {key!r} text; expected {fmt.expected()}")
                 out.append(Message(role, [TextPart(raw[key])]))
+            continue
+        if fmt.alpaca is not None:  # built above as {role, content} turns
+            out.append(Message(raw["role"], _content(raw["content"], i, fail, placeholders=placeholders)))
             continue
         name = raw.get(fmt.role_tag)
         role = fmt.roles.get(name) if isinstance(name, str) else None

@@ -45,6 +45,7 @@ import torch
 from vlforge.memory.probe import (
     attention_cost,
     find_stack,
+    layer_kinds,
     loss_bytes,
     meta_model,
     selective_bytes,
@@ -278,18 +279,21 @@ def _text_activations(cfg: Any, model: torch.nn.Module, load: Workload, dtype: t
     cost = attention_cost(device, dtype, causal=True, masked=masked)
     attn = cost.layer_bytes(heads=math.ceil(heads / sp), head_dim=head_dim, length=length,
                             segments=load.segments) * load.rows
-    layer = text_layer_bytes(model, local, dtype) * load.rows
+    kinds = layer_kinds(layers)  # each kind of layer probed once, counted as often as the stack holds it
+    sizes = {first: text_layer_bytes(model, local, dtype, index=first) * load.rows for first, _ in kinds}
+    layer = max(sizes.values())  # the one layer a checkpointed stack recomputes at a time
     trains = any(p.requires_grad for p in layers.parameters())
     mode = cfg.model.checkpointing() if trains else "none"
     inputs = load.rows * local * tc.hidden_size * dtype.itemsize  # what a checkpointed layer keeps of its input
     if mode == "full":
         kept = len(layers) * inputs + layer + attn
     elif mode == "selective":  # matmul outputs + the attention kernel's output and log-sum-exp, per layer
-        matmuls = text_layer_bytes(model, local, dtype, measure=selective_bytes) * load.rows
+        matmuls = sum(count * text_layer_bytes(model, local, dtype, measure=selective_bytes, index=first)
+                      for first, count in kinds) * load.rows
         attn_out = load.rows * math.ceil(heads / sp) * length * (head_dim * dtype.itemsize + 4)
-        kept = len(layers) * (inputs + matmuls + attn_out) + layer + attn
+        kept = matmuls + len(layers) * (inputs + attn_out) + layer + attn
     else:
-        kept = len(layers) * (layer + attn)
+        kept = sum(count * sizes[first] for first, count in kinds) + len(layers) * attn
     shared = cost.shared_bytes(length) * load.rows
     return int(kept + shared + loss_bytes(model, math.ceil(load.labels / sp), dtype))
 

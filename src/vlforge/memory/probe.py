@@ -195,7 +195,17 @@ def _meta(*shape: int, dtype: torch.dtype, grad: bool = False) -> torch.Tensor:
     return torch.empty(*shape, device="meta", dtype=dtype, requires_grad=grad)
 
 
-def _text_layer_call(model: torch.nn.Module, length: int, dtype: torch.dtype, input_grad: bool) -> tuple[Any, tuple, dict]:
+def layer_kinds(layers: torch.nn.ModuleList) -> list[tuple[int, int]]:
+    """``(index of the first, count)`` per kind of layer in a stack: layers whose module classes differ (a dense
+    layer before MoE ones, GLM-4.5V; linear beside full attention, Qwen3.5) keep different activations."""
+    kinds: dict[tuple[str, ...], list[int]] = {}
+    for index, layer in enumerate(layers):
+        kinds.setdefault(tuple(type(m).__name__ for m in layer.modules()), []).append(index)
+    return [(indexes[0], len(indexes)) for indexes in kinds.values()]
+
+
+def _text_layer_call(model: torch.nn.Module, length: int, dtype: torch.dtype, input_grad: bool,
+                     index: int = 0) -> tuple[Any, tuple, dict]:
     owner, layers = find_stack(model, "text")
     hidden = _meta(1, length, owner.config.hidden_size, dtype=dtype, grad=input_grad)
     positions = torch.zeros(3, 1, length, dtype=torch.long, device="meta")
@@ -203,17 +213,17 @@ def _text_layer_call(model: torch.nn.Module, length: int, dtype: torch.dtype, in
         cos, sin = owner.rotary_emb(hidden, positions)
     except (RuntimeError, ValueError, IndexError):
         cos, sin = owner.rotary_emb(hidden, positions[0])
-    return layers[0], (hidden,), {"attention_mask": None, "position_ids": positions,
+    return layers[index], (hidden,), {"attention_mask": None, "position_ids": positions,
                                   "position_embeddings": (cos.detach(), sin.detach())}
 
 
 def text_layer_bytes(model: torch.nn.Module, length: int, dtype: torch.dtype, *, input_grad: bool = True,
-                     measure: Any = None) -> int:
-    """Bytes one text decoder layer keeps for the backward over ``length`` tokens (attention excluded).
+                     measure: Any = None, index: int = 0) -> int:
+    """Bytes text decoder layer ``index`` keeps for the backward over ``length`` tokens (attention excluded).
 
     ``measure``: the counter (default :func:`saved_bytes`; :func:`selective_bytes` for selective checkpointing).
     """
-    layer, args, kwargs = _text_layer_call(model, length, dtype, input_grad)
+    layer, args, kwargs = _text_layer_call(model, length, dtype, input_grad, index)
     # linear attention in torch (its kernels must never see meta tensors); MoE experts' matmul in any dtype
     with reference_mixers(model), meta_experts():
         return (measure or saved_bytes)(layer, *args, **kwargs)[0]

@@ -3,9 +3,9 @@
 GLM-4V's processor expands a video into frames of the image placeholder ``<|image|>`` between
 ``<|begin_of_video|>`` and ``<|end_of_video|>``. transformers' ``get_placeholder_mask`` of those models (5.24)
 therefore counts every placeholder as both an image and a video token, and a batch or packed row holding images
-and a video stops with "Image features and image tokens do not match". The model's own ``get_rope_index`` already
-tells them apart by the video markers; :func:`separate_video_placeholders` gives the inner model a
-``get_placeholder_mask`` that does the same: a placeholder inside a ``<|begin_of_video|>`` ... ``<|end_of_video|>``
+and a video stops with "Image features and image tokens do not match". The processor already tells them apart by
+the video markers (its ``mm_token_type_ids``, which the mrope positions read); :func:`separate_video_placeholders`
+gives the inner model a ``get_placeholder_mask`` that applies the same rule: a placeholder inside a ``<|begin_of_video|>`` ... ``<|end_of_video|>``
 span is a video token, any other an image token, with the stock count checks. A batch of images only gets the
 stock image mask and one of videos only the stock video mask (the one each forward uses); only batches holding
 both change (from an error to the right placement).
@@ -41,8 +41,9 @@ def video_spans(input_ids: torch.Tensor, start_id: int, end_id: int) -> torch.Te
 
 
 def _inner(model: torch.nn.Module) -> torch.nn.Module:
-    inner = getattr(model, "model", model)
-    if not callable(getattr(inner, "get_placeholder_mask", None)):
+    """The module whose class defines ``get_placeholder_mask`` (the ``*Model`` inside, through any wrapper)."""
+    inner = next((m for m in model.modules() if callable(getattr(type(m), "get_placeholder_mask", None))), None)
+    if inner is None:
         raise ValueError(f"{type(model).__name__} has no get_placeholder_mask to separate image and video tokens")
     return inner
 

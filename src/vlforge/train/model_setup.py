@@ -162,6 +162,32 @@ def cast_outputs(model: torch.nn.Module, classes: set[type], dtype: torch.dtype)
     return len(units) + 1
 
 
+def kept_dtype_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Modules whose own trainable parameters are in another dtype than most of the model's: transformers keeps
+    some in fp32 in a bf16 model (``_keep_in_fp32_modules_strict``: GLM-4.5V's routers). Each becomes its own FSDP2
+    unit computing in its own dtype (one dtype per unit is FSDP2's rule); logged. A module holding both dtypes
+    itself is a :class:`ConfigError`."""
+    sizes: dict[torch.dtype, int] = {}
+    for param in model.parameters():
+        if param.requires_grad:
+            sizes[param.dtype] = sizes.get(param.dtype, 0) + param.numel()
+    if len(sizes) < 2:
+        return []
+    main = max(sizes, key=sizes.__getitem__)
+    kept = []
+    for name, module in model.named_modules():
+        own = {p.dtype for p in module.parameters(recurse=False) if p.requires_grad}
+        if own - {main}:
+            if main in own:
+                raise ConfigError(f"{name or type(module).__name__} holds trainable {sorted(map(str, own))} parameters "
+                                  "itself; FSDP2 shards one dtype per unit (freeze one of them, or train in fp32)")
+            kept.append(module)
+    logger.info("FSDP2: %d module(s) kept in %s by the model (%s) shard as their own units", len(kept),
+                ", ".join(sorted({str(p.dtype)[6:] for m in kept for p in m.parameters(recurse=False)})),
+                ", ".join(sorted({type(m).__name__ for m in kept})))
+    return kept
+
+
 def precision_policy(cfg: TrainConfig) -> Any:
     """FSDP2's ``MixedPrecisionPolicy`` of ``cfg`` (param, reduce and output dtypes; see the module docstring)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
@@ -242,6 +268,10 @@ def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext, keep
         logger.info("FSDP2: the %d vision-tower layers stay in the root unit (the tower runs 0, 1 or 2 times per "
                     "forward depending on the batch, which per-layer units cannot follow across ranks)", in_tower)
     reshard = resolve_reshard(cfg, ctx, keep_gathered)
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    for module in kept_dtype_modules(model):  # before their layer: FSDP2 needs one parameter dtype per unit
+        fully_shard(module, mesh=mesh, reshard_after_forward=reshard, mp_policy=MixedPrecisionPolicy())
     for index, module in enumerate(units):
         last = index == len(units) - 1 and cfg.fsdp.reshard_after_forward is None  # auto: its backward comes first
         fully_shard(module, mesh=mesh, reshard_after_forward=reshard and not last, mp_policy=policy)
