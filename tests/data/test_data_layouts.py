@@ -123,8 +123,8 @@ def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
     ({"id": 3, "image": "a.png"}, "schema", "record needs a non-empty 'messages' list of {role, content} turns, a "
      "'conversations' list of {from, value} turns (LLaVA / ShareGPT), a 'texts' list of {user, assistant} exchanges "
      "(The Cauldron) or 'instruction' and 'output' keys (alpaca)"),
-    ({"instruction": "Q", "output": None}, "schema", "record has no 'output' text; expected a string 'instruction' and "
-     "a string 'output' (alpaca: {instruction, input, output} records, earlier exchanges from history, system prompt "
+    ({"instruction": "Q", "output": None}, "schema", "record has no 'output' text; expected a string 'output' (and "
+     "'instruction' / 'input' strings) (alpaca: {instruction, input, output} records, earlier exchanges from history, system prompt "
      "from system (detected from item 4))"),
     ({"instruction": "Q", "input": 7, "output": "A"}, "schema", "record has an int as its 'input' text"),
     ({"instruction": "Q", "output": "A", "history": [["only a question"]]}, "schema",
@@ -176,15 +176,21 @@ def test_alpaca_records_as_llama_factory_builds_their_chat(tmp_path):
     assert _parts(parse_conversation(record, "d.json", "item 1")) == [
         ("system", ["Be brief."]), ("user", ["Hi"]), ("assistant", ["Hello."]),
         ("user", ["Describe ", ("image", "a.png"), ".\nIn one word."]), ("assistant", ["Noise."])]
+    fmt = detect(record, None, "d.json", "item 1")  # as LLaMA-Factory: no instruction, or an empty history, is fine
+    assert _parts(parse_conversation({"input": "Only input.", "output": "A.", "history": ""}, "d.json", "item 2",
+                                     fmt)) == [("user", ["Only input."]), ("assistant", ["A."])]
     # a layout of turns wins where a record has both; alpaca keys in the entry read every record as alpaca
     both = {"instruction": "I", "output": "O", "messages": [{"role": "user", "content": "q"},
                                                            {"role": "assistant", "content": "a"}]}
     assert detect(both, None, "d.json", "item 1").layout == "messages"
+    (tmp_path / "d.json").write_text(json.dumps([{"q": "Why?", "a": "Because."}]))
     entry = _entry(tmp_path, "d.json", columns={"prompt": "q", "response": "a"})
     fmt = detect({"q": "Why?", "a": "Because."}, entry, "d.json", "item 1")
     assert (fmt.layout, fmt.origin) == ("alpaca", "alpaca keys named in the dataset entry")
     assert file_format(entry).describe() == ("alpaca: {q, input, a} records, earlier exchanges from history, system "
                                              "prompt from system (alpaca keys named in the dataset entry)")
+    (tmp_path / "none.jsonl").write_text("")
+    assert file_format(_entry(tmp_path, "none.jsonl", layout="alpaca")).origin == "an empty file"
     for bad, key in (({"layout": "sharegpt", "columns": {"prompt": "q"}}, "columns.prompt"),
                      ({"layout": "alpaca", "columns": {"messages": "chat"}}, "columns.messages"),
                      ({"layout": "alpaca", "tags": {"user_tag": "human"}}, "tags.user_tag"),

@@ -224,7 +224,7 @@ def test_each_kind_of_layer_is_probed_and_counted(preset, layers):
     """GLM-4.5V's dense first layer and Qwen3.5's linear-attention layers keep other activations than the rest of the
     stack: the plan probes one layer of each kind and counts it as often as the stack holds it, which is what
     probing every layer gives."""
-    from vlforge.memory.probe import layer_kinds
+    from vlforge.memory.probe import counting_attention, layer_kinds
 
     config = load_model_config(preset)
     if layers:
@@ -236,3 +236,22 @@ def test_each_kind_of_layer_is_probed_and_counted(preset, layers):
     assert sum(count for _, count in kinds) == len(layers)
     assert sum(count * every[first] for first, count in kinds) == sum(every)
     assert (len(set(every)) > 1) == (preset != "tiny:qwen3_vl")  # a one-kind stack is probed by layer 0 alone
+    attending = 0
+    for first, count in kinds:  # the plan charges softmax attention to the layers that run it
+        with counting_attention() as calls:
+            text_layer_bytes(model, 128, torch.bfloat16, index=first)
+        attending += count if calls.count else 0
+    assert attending == (8 if preset == "real:qwen3_5_9b" else len(layers))  # Qwen3.5: 1 in 4 layers
+
+
+def test_lora_on_moe_experts_is_planned_on_meta():
+    """peft puts LoRA on GLM-4.5V's fused expert weights when the MLP names are targeted (transformers' MoE weight
+    conversion) and builds their delta weight under ``torch.autocast(device_type=<the weight's>)``, which torch has
+    none of for meta tensors: the probe runs it as the CPU's, and the adapters' delta weights count."""
+    base = ["model.load_from_pretrained_path=tiny:glm4v_moe", "fsdp.transformer_layer_cls_to_wrap=null",
+            "model.lora={r: 8, alpha: 16, target_modules: [q_proj]}"]
+    attention_only = estimate_memory(load_config(TINY, base), load_model_config("tiny:glm4v_moe"), visual_share=0.0)
+    experts = estimate_memory(load_config(TINY, [*base[:2], "model.lora={r: 8, alpha: 16, target_modules: "
+                                                              "[q_proj, gate_proj, up_proj, down_proj]}"]),
+                              load_model_config("tiny:glm4v_moe"), visual_share=0.0)
+    assert experts.parts["activations"] > attention_only.parts["activations"] > 0

@@ -98,15 +98,18 @@ class RecordFormat:
     def expected(self) -> str:
         """What a record of this file must hold, for error messages."""
         if self.alpaca is not None:
-            return (f"a string {self.alpaca.prompt!r} and a string {self.alpaca.response!r} ({self.describe()})")
+            keys = self.alpaca
+            return f"a string {keys.response!r} (and {keys.prompt!r} / {keys.query!r} strings) ({self.describe()})"
         items = "exchanges" if self.layout == "pairs" else "turns"
         return f"a non-empty {self.messages!r} list of {{{self.role_tag}, {self.content_tag}}} {items} ({self.describe()})"
 
     def to_dict(self) -> dict[str, Any]:
+        if self.alpaca is not None:  # no turns: its keys are the alpaca ones
+            return {"layout": self.layout, "alpaca": dataclasses.asdict(self.alpaca), "images": list(self.images),
+                    "videos": list(self.videos), "system": self.system, "origin": self.origin}
         return {"layout": self.layout, "messages": self.messages, "role_tag": self.role_tag,
                 "content_tag": self.content_tag, "roles": dict(self.roles), "images": list(self.images),
-                "videos": list(self.videos), "system": self.system, "origin": self.origin,
-                "alpaca": None if self.alpaca is None else dataclasses.asdict(self.alpaca)}
+                "videos": list(self.videos), "system": self.system, "origin": self.origin}
 
 
 def _role_names(tags: RoleTags) -> dict[str, str]:
@@ -221,11 +224,18 @@ def file_format(entry: ResolvedEntry) -> RecordFormat:
     (of the first :data:`DETECT_RECORDS`) that holds turns; :class:`~vlforge.errors.DataError` when none does."""
     from vlforge.data.sources import open_source
 
+    named = None
     if entry.layout != "auto" and entry.columns.messages is not None:
-        return _format(entry, entry.layout, entry.columns.messages, "named in the dataset entry")
-    if entry.layout == "alpaca" or (entry.layout == "auto" and entry.columns.alpaca_keys()):
-        return detect({}, entry, str(entry.path), "the dataset entry")
+        named = _format(entry, entry.layout, entry.columns.messages, "named in the dataset entry")
+    elif entry.layout == "alpaca" or (entry.layout == "auto" and entry.columns.alpaca_keys()):
+        named = detect({}, entry, str(entry.path), "the dataset entry")
     source = open_source(entry.path, entry.data_type)
+    if named is not None:  # nothing to detect; an empty file is still told apart
+        try:
+            empty = not any(True for _ in source.head(1))
+        finally:
+            source.close()
+        return dataclasses.replace(named, origin=EMPTY_FILE) if empty else named
     first: SampleError | None = None
     read = 0
     try:

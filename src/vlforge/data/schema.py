@@ -182,7 +182,8 @@ def _fill(messages: list[Message], pools: dict[str, tuple[str, list[Any]]], fail
 
 def _alpaca_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> list[dict[str, str]]:
     """An ``alpaca`` record as ``{role, content}`` turns: each ``[instruction, reply]`` of its history, then the
-    instruction and the input joined by a newline (either may be empty, as LLaMA-Factory joins them) and the output."""
+    instruction and the input joined by a newline (either may be empty, null or absent, as LLaMA-Factory joins
+    them) and the output (a string)."""
     keys = fmt.alpaca
     assert keys is not None
 
@@ -198,14 +199,14 @@ def _alpaca_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> list[dict[
 
     turns: list[dict[str, str]] = []
     history = turns_of(record.get(keys.history))
-    if history is not None:
+    if history not in (None, "", []):
         if not isinstance(history, list):
             fail(f"{keys.history!r} must be a list of [instruction, reply] pairs, got {type(history).__name__}")
         for i, pair in enumerate(history):
             if not (isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(t, str) for t in pair)):
                 fail(f"{keys.history!r} item {i} must be an [instruction, reply] pair of strings")
             turns += [{"role": "user", "content": pair[0]}, {"role": "assistant", "content": pair[1]}]
-    query = "\n".join(part for part in (text(keys.prompt, required=True), text(keys.query, required=False)) if part)
+    query = "\n".join(part for part in (text(keys.prompt, required=False), text(keys.query, required=False)) if part)
     return [*turns, {"role": "user", "content": query}, {"role": "assistant", "content": text(keys.response,
                                                                                              required=True)}]
 

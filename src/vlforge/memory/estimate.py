@@ -44,6 +44,7 @@ import torch
 
 from vlforge.memory.probe import (
     attention_cost,
+    counting_attention,
     find_stack,
     layer_kinds,
     loss_bytes,
@@ -280,20 +281,24 @@ def _text_activations(cfg: Any, model: torch.nn.Module, load: Workload, dtype: t
     attn = cost.layer_bytes(heads=math.ceil(heads / sp), head_dim=head_dim, length=length,
                             segments=load.segments) * load.rows
     kinds = layer_kinds(layers)  # each kind of layer probed once, counted as often as the stack holds it
-    sizes = {first: text_layer_bytes(model, local, dtype, index=first) * load.rows for first, _ in kinds}
+    sizes, attending = {}, 0
+    for first, count in kinds:
+        with counting_attention() as calls:
+            sizes[first] = text_layer_bytes(model, local, dtype, index=first) * load.rows
+        attending += count if calls.count else 0  # a linear-attention layer (Qwen3.5) runs no SDPA
     layer = max(sizes.values())  # the one layer a checkpointed stack recomputes at a time
     trains = any(p.requires_grad for p in layers.parameters())
     mode = cfg.model.checkpointing() if trains else "none"
     inputs = load.rows * local * tc.hidden_size * dtype.itemsize  # what a checkpointed layer keeps of its input
     if mode == "full":
-        kept = len(layers) * inputs + layer + attn
+        kept = len(layers) * inputs + layer + (attn if attending else 0)
     elif mode == "selective":  # matmul outputs + the attention kernel's output and log-sum-exp, per layer
         matmuls = sum(count * text_layer_bytes(model, local, dtype, measure=selective_bytes, index=first)
                       for first, count in kinds) * load.rows
         attn_out = load.rows * math.ceil(heads / sp) * length * (head_dim * dtype.itemsize + 4)
-        kept = matmuls + len(layers) * (inputs + attn_out) + layer + attn
+        kept = matmuls + len(layers) * inputs + attending * attn_out + layer + (attn if attending else 0)
     else:
-        kept = sum(count * sizes[first] for first, count in kinds) + len(layers) * attn
+        kept = sum(count * sizes[first] for first, count in kinds) + attending * attn
     shared = cost.shared_bytes(length) * load.rows
     return int(kept + shared + loss_bytes(model, math.ceil(load.labels / sp), dtype))
 

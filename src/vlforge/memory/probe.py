@@ -49,8 +49,31 @@ def saved_bytes(fn: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
     return sum(size for _, size in seen.values()), out
 
 
+class AttentionCalls:
+    """How often the stand-in attention ran inside :func:`counting_attention` (0: the layer has no softmax
+    attention, e.g. a Gated DeltaNet layer)."""
+
+    count = 0
+
+
+_COUNTERS: list[AttentionCalls] = []
+
+
+@contextlib.contextmanager
+def counting_attention() -> Any:
+    """Count the stand-in attention's calls within the block."""
+    calls = AttentionCalls()
+    _COUNTERS.append(calls)
+    try:
+        yield calls
+    finally:
+        _COUNTERS.remove(calls)
+
+
 def _standin(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
              attention_mask: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    for calls in _COUNTERS:
+        calls.count += 1
     batch, _heads, length, _dim = query.shape
     heads = query.shape[1]
     out = query.new_empty(batch, length, heads, value.shape[-1])
@@ -95,6 +118,23 @@ def meta_experts() -> Any:
         yield
     finally:
         moe._grouped_mm = original
+
+
+@contextlib.contextmanager
+def meta_autocast() -> Any:
+    """Within the block, ``torch.autocast(device_type="meta", ...)`` is the CPU's (torch has no autocast for meta
+    tensors): peft's LoRA on MoE expert parameters builds its delta weight under one, which the probe must run."""
+    original = torch.autocast
+
+    class Autocast(original):  # type: ignore[misc, valid-type]
+        def __init__(self, device_type: str, *args: Any, **kwargs: Any) -> None:
+            super().__init__("cpu" if device_type == "meta" else device_type, *args, **kwargs)
+
+    torch.autocast = Autocast
+    try:
+        yield
+    finally:
+        torch.autocast = original
 
 
 def register_standin() -> None:
@@ -225,7 +265,7 @@ def text_layer_bytes(model: torch.nn.Module, length: int, dtype: torch.dtype, *,
     """
     layer, args, kwargs = _text_layer_call(model, length, dtype, input_grad, index)
     # linear attention in torch (its kernels must never see meta tensors); MoE experts' matmul in any dtype
-    with reference_mixers(model), meta_experts():
+    with reference_mixers(model), meta_experts(), meta_autocast():
         return (measure or saved_bytes)(layer, *args, **kwargs)[0]
 
 

@@ -191,6 +191,26 @@ REAL_PRESETS: dict[str, RealPreset] = {
         vision={**_QWEN3_5_VISION, "out_hidden_size": 2048},
         tie_word_embeddings=False,
     ),
+    # zai-org/GLM-4.5V: 46 layers of width 4096 (96 Q / 8 KV heads of 128, attention bias, half-rotary mrope
+    # (8, 12, 12)), the first dense (10944), then 128 sigmoid-routed experts top-8 of width 1408 and one shared
+    # expert; vocab 151552, untied; vision 24 blocks x 1536 (12 heads), merger width 10944, output 4096. Read from a
+    # verbatim dump of the loaded checkpoint found by the code search (its repository was not named by the search
+    # tool): its Glm4vMoeConfig, its module tree and its weights table, 107,710,933,120 parameters in 46 safetensors
+    # files; the text fields equal transformers 5.24's Glm4vMoeTextConfig defaults but the vocabulary (151424 there).
+    "glm4_5v_106b_a12b": RealPreset(
+        family="glm4v_moe", checkpoint="zai-org/GLM-4.5V", published_params=107.71e9,
+        text={"hidden_size": 4096, "intermediate_size": 10944, "num_hidden_layers": 46, "num_attention_heads": 96,
+              "num_key_value_heads": 8, "head_dim": 128, "attention_bias": True, "first_k_dense_replace": 1,
+              "n_routed_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 1408,
+              "n_shared_experts": 1, "n_group": 1, "topk_group": 1, "norm_topk_prob": True,
+              "routed_scaling_factor": 1.0, "vocab_size": 151552, "max_position_embeddings": 65536,
+              "rms_norm_eps": 1e-5, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                        "mrope_section": [8, 12, 12], "partial_rotary_factor": 0.5}},
+        vision={"depth": 24, "hidden_size": 1536, "intermediate_size": 10944, "num_heads": 12, "out_hidden_size": 4096,
+                "image_size": 336, "patch_size": 14, "temporal_patch_size": 2, "spatial_merge_size": 2,
+                "hidden_act": "silu", "rms_norm_eps": 1e-5},
+        tie_word_embeddings=False,
+    ),
 }
 
 
@@ -214,11 +234,16 @@ def real_config(name: str, tokenizer: Any) -> Any:
     """The transformers config of a real-size preset, with the token ids of ``tokenizer`` (the real Qwen3 one)."""
     import transformers
 
+    from vlforge.models import tiny
+
     spec = REAL_PRESETS[name]
     record = family(spec.family)
     eos = tokenizer.convert_tokens_to_ids(record.eos_tokens[0])
     pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    text = {**spec.text, "tie_word_embeddings": spec.tie_word_embeddings, "bos_token_id": pad,
+    # the vocabulary covers the tokenizer the preset trains with (GLM-4.5V's 151552 rows are fewer than the Qwen3
+    # vocabulary plus GLM's tokens that tiny and real GLM presets use: +192 rows, 0.002% of its parameters)
+    vocab = max(spec.text["vocab_size"], -(-len(tokenizer) // tiny.VOCAB_MULTIPLE) * tiny.VOCAB_MULTIPLE)
+    text = {**spec.text, "vocab_size": vocab, "tie_word_embeddings": spec.tie_word_embeddings, "bos_token_id": pad,
             "eos_token_id": eos, "pad_token_id": pad}
     config = getattr(transformers, record.config_class)(
         text_config=text, vision_config=dict(spec.vision), tie_word_embeddings=spec.tie_word_embeddings,

@@ -178,9 +178,10 @@ def kept_dtype_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     for name, module in model.named_modules():
         own = {p.dtype for p in module.parameters(recurse=False) if p.requires_grad}
         if own - {main}:
-            if main in own:
+            if main in own or module is model or _in_vision_tower(name):  # a unit of its own would not help
                 raise ConfigError(f"{name or type(module).__name__} holds trainable {sorted(map(str, own))} parameters "
-                                  "itself; FSDP2 shards one dtype per unit (freeze one of them, or train in fp32)")
+                                  f"in a {str(main)[6:]} model where FSDP2 cannot give it a unit of its own (freeze "
+                                  "it, or train with fp32 master weights)")
             kept.append(module)
     logger.info("FSDP2: %d module(s) kept in %s by the model (%s) shard as their own units", len(kept),
                 ", ".join(sorted({str(p.dtype)[6:] for m in kept for p in m.parameters(recurse=False)})),
@@ -270,8 +271,12 @@ def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext, keep
     reshard = resolve_reshard(cfg, ctx, keep_gathered)
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    for module in kept_dtype_modules(model):  # before their layer: FSDP2 needs one parameter dtype per unit
+    kept = kept_dtype_modules(model)
+    for module in kept:  # before their layer: FSDP2 needs one parameter dtype per unit
         fully_shard(module, mesh=mesh, reshard_after_forward=reshard, mp_policy=MixedPrecisionPolicy())
+    if kept and cfg.model.compile:  # FSDP2's hooks are outside dynamo: each compiled layer breaks at such a unit
+        logger.warning("model.compile: the compiled layers break their graph at the %d unit(s) kept in another dtype "
+                       "(FSDP2's hooks run outside the compiled code)", len(kept))
     for index, module in enumerate(units):
         last = index == len(units) - 1 and cfg.fsdp.reshard_after_forward is None  # auto: its backward comes first
         fully_shard(module, mesh=mesh, reshard_after_forward=reshard and not last, mp_policy=policy)
