@@ -262,7 +262,7 @@ def test_unsupported_family_and_heads_are_refused():
     check_sequence_parallel(3, family="qwen3_vl", heads=heads, world=3)
     assert text_model(model) is model.model.language_model
     with pytest.raises(ConfigError, match=r"not supported for model family 'llava' \(supported: qwen2_vl, qwen2_5_vl, "
-                                          r"qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, glm4v\); set sp_ulysses_degree: 1"):
+                                          r"qwen3_vl, qwen3_vl_moe, qwen3_5, qwen3_5_moe, glm4v, glm4v_moe\); set sp_ulysses_degree: 1"):
         check_sequence_parallel(2, family="llava", heads=heads, world=2)
 
 
