@@ -252,8 +252,8 @@ def resolve_reshard(cfg: TrainConfig, ctx: DistContext, keep_gathered: bool | No
 
 
 def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext, keep_gathered: bool | None = None) -> None:
-    """``fully_shard`` each layer-class module, then the root (in place)."""
-    from torch.distributed.fsdp import fully_shard
+    """``fully_shard`` each module kept in another dtype, each layer-class module, then the root (in place)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = fsdp_mesh(cfg, ctx)
     policy = precision_policy(cfg)
@@ -269,8 +269,6 @@ def shard_model(model: torch.nn.Module, cfg: TrainConfig, ctx: DistContext, keep
         logger.info("FSDP2: the %d vision-tower layers stay in the root unit (the tower runs 0, 1 or 2 times per "
                     "forward depending on the batch, which per-layer units cannot follow across ranks)", in_tower)
     reshard = resolve_reshard(cfg, ctx, keep_gathered)
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
     kept = kept_dtype_modules(model)
     for module in kept:  # before their layer: FSDP2 needs one parameter dtype per unit
         fully_shard(module, mesh=mesh, reshard_after_forward=reshard, mp_policy=MixedPrecisionPolicy())
