@@ -5,8 +5,9 @@ GLM-4V's processor expands a video into frames of the image placeholder ``<|imag
 therefore counts every placeholder as both an image and a video token, and a batch or packed row holding images
 and a video stops with "Image features and image tokens do not match". The processor already tells them apart by
 the video markers (its ``mm_token_type_ids``, which the mrope positions read); :func:`separate_video_placeholders`
-gives the inner model a ``get_placeholder_mask`` that applies the same rule: a placeholder inside a ``<|begin_of_video|>`` ... ``<|end_of_video|>``
-span is a video token, any other an image token, with the stock count checks. A batch of images only gets the
+gives the inner model a ``get_placeholder_mask`` that applies the same rule: a placeholder inside a
+``<|begin_of_video|>`` ... ``<|end_of_video|>`` span is a video token, any other an image token, with the stock
+count checks. A batch of images only gets the
 stock image mask and one of videos only the stock video mask (the one each forward uses); only batches holding
 both change (from an error to the right placement).
 
