@@ -57,7 +57,10 @@ class FeatureExtractor:
         self.accepts = set(inspect.signature(inner.forward).parameters)
         self.dtype = next(model.parameters()).dtype
         record = FAMILIES.get(family)
-        self.shared_media_token = record is not None and record.media.shared_placeholder
+        if record is not None and record.media.shared_placeholder:  # GLM-4V: images and videos in one batch
+            from vlforge.models.media_mask import separate_video_placeholders
+
+            separate_video_placeholders(model)
 
     @torch.no_grad()
     def __call__(self, batch: dict[str, Any], items: list[tuple[int, int]]) -> list[dict[str, torch.Tensor]]:
@@ -115,17 +118,7 @@ class FeatureExtractor:
         for key in ("mm_token_type_ids", "image_grid_thw", "video_grid_thw", "second_per_grid_ts"):
             if key in batch and key in self.accepts:
                 kwargs[key] = batch[key].to(dev)
-        if self.shared_media_token and len(encoded) == 2:
-            # GLM-4V uses one token id for image and video placeholders, and transformers 5.23's
-            # get_placeholder_mask then matches both feature sets against all of them; place each set by
-            # the pipeline's mm_token_type_ids (1 image, 2 video) instead, in the same order as the model.
-            embeds = self.inner.get_input_embeddings()(kwargs.pop("input_ids"))
-            types = batch["mm_token_type_ids"].to(dev)
-            for kind, code in (("image", 1), ("video", 2)):
-                feats = torch.cat(encoded[kind].pooler_output).to(embeds.dtype)
-                embeds = embeds.masked_scatter((types == code).unsqueeze(-1).expand_as(embeds), feats)
-            kwargs["inputs_embeds"] = embeds
-        elif encoded:
+        if encoded:
             kwargs["mm_encoder_outputs"] = dict(encoded)
         if opts.needs_hidden_states:
             kwargs["output_hidden_states"] = True

@@ -242,7 +242,7 @@ def real_config(name: str, tokenizer: Any) -> Any:
     pad = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     # the vocabulary covers the tokenizer the preset trains with (GLM-4.5V's 151552 rows are fewer than the Qwen3
     # vocabulary plus GLM's tokens that tiny and real GLM presets use: +192 rows, 0.002% of its parameters)
-    vocab = max(spec.text["vocab_size"], -(-len(tokenizer) // tiny.VOCAB_MULTIPLE) * tiny.VOCAB_MULTIPLE)
+    vocab = max(spec.text["vocab_size"], tiny._round_up(len(tokenizer), tiny.VOCAB_MULTIPLE))
     text = {**spec.text, "vocab_size": vocab, "tie_word_embeddings": spec.tie_word_embeddings, "bos_token_id": pad,
             "eos_token_id": eos, "pad_token_id": pad}
     config = getattr(transformers, record.config_class)(
