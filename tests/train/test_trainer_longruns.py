@@ -304,6 +304,15 @@ def test_steps_since_the_last_log_are_logged_when_a_signal_or_divergence_stops_t
     assert [(r["step"], r.get("loss"), r["nonfinite_steps"]) for r in records] == [(3, "NaN", 2), (3, None, 2)]
     assert records[0]["label_tokens"] > 0 and records[-1]["data_report"] == "data_report.json"
 
+    rotten = _in_process(tmp_path / "rotten", model_path, save_steps=2)  # weights not finite at checkpoint-2
+    rotten.setup()
+    rotten.guard.check_weights = lambda model, at: DivergenceError(f"step {at}: a weight is not finite")
+    with pytest.raises(DivergenceError, match="step 2: a weight is not finite"):
+        rotten.train()
+    records = _records(tmp_path / "rotten")
+    assert [r["step"] for r in records] == [2, 2] and records[0]["label_tokens"] > 0  # steps 1-2, then the report
+    assert records[-1]["data_report"] == "data_report.json" and not (tmp_path / "rotten" / "checkpoint-2").exists()
+
 
 # -- two torchrun ranks ----------------------------------------------------------------------------------------------
 def _two_ranks(root: Path, model_path: Path, **training) -> Path:

@@ -31,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -270,23 +271,19 @@ def yaml_value(raw: str, word: str = "") -> Any:
         raise ConfigError(f"launch argument {word or raw!r}: not a YAML value ({first})") from None
 
 
-_LOADERS: list[Any] = []
-
-
+@functools.cache
 def _yaml_loader() -> Any:
-    if not _LOADERS:
-        import yaml
+    import yaml
 
-        class Loader(yaml.SafeLoader):
-            """PyYAML's safe loader, with the float forms YAML 1.2 and OmegaConf read (``1e-6``)."""
+    class Loader(yaml.SafeLoader):
+        """PyYAML's safe loader, with the float forms YAML 1.2 and OmegaConf read (``1e-6``)."""
 
-        Loader.add_implicit_resolver(
-            "tag:yaml.org,2002:float",
-            re.compile(r"^[-+]?(\d[\d_]*\.[\d_]*([eE][-+]?\d+)?|\d[\d_]*[eE][-+]?\d+|\.\d[\d_]*([eE][-+]?\d+)?"
-                       r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))$"),
-            list("-+0123456789."))
-        _LOADERS.append(Loader)
-    return _LOADERS[0]
+    Loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(r"^[-+]?(\d[\d_]*\.[\d_]*([eE][-+]?\d+)?|\d[\d_]*[eE][-+]?\d+|\.\d[\d_]*([eE][-+]?\d+)?"
+                   r"|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))$"),
+        list("-+0123456789."))
+    return Loader
 
 
 def hydra_value(raw: str, word: str = "") -> Any:

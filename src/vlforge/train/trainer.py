@@ -43,7 +43,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -505,8 +505,7 @@ class Trainer:
         diverged = self.guard.check_weights(self.model, self.step)
         if diverged is not None:
             if log is not None and result is not None:
-                self._finish_data(log, result)
-                self.stream.close()
+                self._stop(log, result, diverged)
             raise diverged
         return ckpt.save_checkpoint(self.output_dir, self.step, self.ctx, self.model, self.optimizer,
                                     self.scheduler, self.stream.state_dict(),
@@ -625,10 +624,15 @@ class Trainer:
         diverged = self.guard.settle(force=settle)
         if diverged is None and not over_limit(*self.skips, self.cfg.data.max_skip_fraction, final=False):
             return
-        self._log_interval(log, result)  # the steps that led to the stop have their record
+        self._stop(log, result, diverged)
+
+    def _stop(self, log: MetricsLogger, result: RunResult, error: Exception | None) -> NoReturn:
+        """Stop the run with ``error`` (None: the skip limit's): the steps that led to it get their record, then
+        the data report is written."""
+        self._log_interval(log, result)
         ledger = self._finish_data(log, result)
         self.stream.close()
-        raise diverged or self._limit_error(ledger)
+        raise error or self._limit_error(ledger)
 
     def _preempted(self, log: MetricsLogger, result: RunResult, requests: tuple[int, ...], names: list[str],
                    last_saved: Path | None) -> None:
@@ -702,22 +706,19 @@ class Trainer:
         interval = self.interval
         if interval.steps == 0:
             return
-        record = self._record(interval.acc, interval.tokens, interval.steps,
-                              time.perf_counter() - interval.since, interval.lr)
+        record = self._record(interval)
         result.losses.append(record["loss"])
         log.log(record)
         interval.reset()
 
-    def _record(self, acc: torch.Tensor, tokens: int, steps: int, seconds: float, lr: float) -> dict[str, Any]:
+    def _record(self, interval: _Interval) -> dict[str, Any]:
         """The metrics of the last interval: the one host sync (and all-reduce) per ``logging_steps``."""
-        ctx = self.ctx
-        global_acc = acc.clone()
-        global_acc[[0, 1, 3]] = ctx.all_reduce_sum(global_acc[[0, 1, 3]].contiguous())
-        tok = ctx.all_reduce_sum(torch.tensor([float(tokens)], device=ctx.device))
-        loss_sum, count, norm_sum, aux_sum = global_acc.tolist()
+        ctx, steps, seconds = self.ctx, interval.steps, time.perf_counter() - interval.since
+        loss_sum, count, norm_sum, aux_sum, tokens = interval.totals(ctx)
         router = {"aux_loss": aux_sum / (steps * ctx.world_size)} if self.router_coef else {}
-        return {"step": self.step, "loss": loss_sum / max(count, 1.0), **router, "lr": lr, "grad_norm": norm_sum / steps,
-                "label_tokens": int(count), "tokens_per_s": float(tok.item()) / ctx.sp_degree / max(seconds, 1e-9),
+        return {"step": self.step, "loss": loss_sum / max(count, 1.0), **router, "lr": interval.lr,
+                "grad_norm": norm_sum / steps, "label_tokens": int(count),
+                "tokens_per_s": tokens / ctx.sp_degree / max(seconds, 1e-9),
                 **self._progress(), "samples_seen": self.skips[0], "skipped": self.skips[1],
                 **{k: v for k, v in self.guard.report().items() if isinstance(v, int)}}
 
@@ -748,14 +749,19 @@ class _Interval:
         """The clock starts (a resumed interval: where it stopped)."""
         self.since, self.elapsed = time.perf_counter() - self.elapsed, 0.0
 
-    def state_dict(self, ctx: DistContext) -> dict[str, Any]:
-        """The interval summed over ranks, per data shard and step (a collective), as a checkpoint keeps it."""
+    def totals(self, ctx: DistContext) -> tuple[float, float, float, float, float]:
+        """(loss sum, label tokens, grad norm sum, router loss sum, input tokens): summed over ranks but the grad
+        norm (every rank's is the global one); a collective and a host read."""
         sums = self.acc.clone()
         sums[[0, 1, 3]] = ctx.all_reduce_sum(sums[[0, 1, 3]].contiguous())
         tokens = ctx.all_reduce_sum(torch.tensor([float(self.tokens)], device=ctx.device))
-        loss, count, norm, router = sums.tolist()
+        return (*sums.tolist(), float(tokens.item()))
+
+    def state_dict(self, ctx: DistContext) -> dict[str, Any]:
+        """The interval summed over ranks, per data shard and step (a collective), as a checkpoint keeps it."""
+        loss, count, norm, router, tokens = self.totals(ctx)
         return {"steps": self.steps, "loss_sum": loss, "label_tokens": count, "grad_norm_sum": norm,
-                "router_aux_mean_sum": router / ctx.world_size, "tokens": float(tokens.item()) / ctx.sp_degree,
+                "router_aux_mean_sum": router / ctx.world_size, "tokens": tokens / ctx.sp_degree,
                 "lr": self.lr, "seconds": time.perf_counter() - self.since}
 
     def load_state_dict(self, state: dict[str, Any], ctx: DistContext) -> None:
