@@ -133,6 +133,36 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         atexit.register(warmstart.quiet_frozen_nanobind)
 
 
+_SESSION_DIRS: set[Path] = set()
+"""Directories of the base temp dir that session-scoped fixtures made: they outlive every module."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
+    if fixturedef.scope != "session" or fixturedef.argname in ("tmp_path_factory", "tmpdir_factory"):
+        return (yield)
+    base = request.getfixturevalue("tmp_path_factory").getbasetemp()
+    before = set(base.iterdir())
+    try:
+        return (yield)
+    finally:
+        _SESSION_DIRS.update(set(base.iterdir()) - before)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _module_temp_dirs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """A module's own temp dirs (its module fixtures' training runs and checkpoints: up to 0.8 GB each) are
+    removed when its last test ends and none failed, as the ``tmp_path_retention_policy = "failed"`` does for a
+    test's ``tmp_path``: the suite's disk peak is one module per worker, not the whole run's (4-5 GB)."""
+    base = tmp_path_factory.getbasetemp()
+    before = set(base.iterdir())
+    failed = request.session.testsfailed
+    yield
+    if request.session.testsfailed == failed:
+        for path in set(base.iterdir()) - before - _SESSION_DIRS:
+            shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def _deterministic_cpu() -> None:
     torch.manual_seed(0)
