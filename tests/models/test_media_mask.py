@@ -35,6 +35,15 @@ def test_video_spans_cover_what_lies_between_the_markers():
     assert video_spans(ids, 8, 9).tolist() == [[False, True, True, True, False, False, True, True, False]]
 
 
+
+def test_a_stray_marker_in_one_packed_sample_does_not_shift_the_next_samples_video():
+    """A literal end marker in one sample's text (with no start before it) leaves a later video's frames in its
+    span; a stray start marker opens a span only up to the next marker."""
+    stray_end = torch.tensor([[1, 9, 2, 8, 2, 2, 9, 2]])
+    assert video_spans(stray_end, 8, 9).tolist() == [[False, False, False, True, True, True, False, False]]
+    stray_start = torch.tensor([[8, 2, 8, 2, 9, 2]])
+    assert video_spans(stray_start, 8, 9).tolist() == [[True, True, True, True, False, False]]
+
 def test_single_kind_rows_get_the_stock_masks_and_mixed_rows_their_own(glm):
     inner, width = glm.model, glm.config.text_config.hidden_size
     stock = inner.get_placeholder_mask

@@ -35,10 +35,13 @@ _STOCK = "_vlforge_stock_placeholder_mask"
 
 
 def video_spans(input_ids: torch.Tensor, start_id: int, end_id: int) -> torch.Tensor:
-    """True at every position after a video start marker and before its end marker (per row)."""
-    opened = (input_ids == start_id).cumsum(-1)
-    closed = (input_ids == end_id).cumsum(-1)
-    return (opened - closed) > 0
+    """True from a video start marker up to (not including) the next end marker, per row: a position is in a
+    span when the last marker at or before it is a start. Unbalanced markers (a literal marker in one packed
+    sample's text) therefore reach no further than the next marker, and never shift a later sample's video."""
+    marker = (input_ids == start_id).long() - (input_ids == end_id).long()
+    positions = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
+    last = torch.where(marker != 0, positions, -1).cummax(-1).values
+    return (last >= 0) & (marker.gather(-1, last.clamp(min=0)) > 0)
 
 
 def _inner(model: torch.nn.Module) -> torch.nn.Module:
