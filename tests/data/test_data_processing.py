@@ -155,6 +155,21 @@ def test_path_escape_allowed_by_flag(tokenizer, media_dir):
     assert sample.image_grid_thw.tolist() == [[1, 4, 4]]
 
 
+def test_symlinked_media_inside_data_folder_are_read_where_the_link_points(make_processor, media_dir,
+                                                                           tmp_path_factory):
+    """LLaVA's `playground/data/coco -> /datasets/coco` and the hub cache's snapshot links: a path that stays in
+    data_folder as written is inside it, wherever its links lead; `..` out of it is still an escape."""
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    (elsewhere / "x.png").write_bytes((media_dir / "img0.png").read_bytes())
+    (media_dir / "coco").symlink_to(elsewhere, target_is_directory=True)
+    (media_dir / "linked.png").symlink_to(elsewhere / "x.png")
+    proc = make_processor("qwen3_vl")
+    for name in ("coco/x.png", "linked.png"):
+        sample = _process(proc, chat([{"type": "image", "image": name}]), media_dir)
+        assert sample.image_grid_thw.tolist() == [[1, 4, 4]]
+    with pytest.raises(SampleError, match="path_escape"):
+        _process(proc, chat([{"type": "image", "image": f"coco/../../{elsewhere.name}/x.png"}]), media_dir)
+
 def test_per_video_options_override_the_settings(make_processor, media_dir):
     proc = make_processor("qwen3_vl", fps=2)
     base = proc.process(parse_conversation(chat([{"type": "video", "video": "clip.mp4"}]), "s", "l"), media_dir)

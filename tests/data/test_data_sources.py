@@ -119,6 +119,18 @@ def test_dataset_yaml_entries_resolve_relative_to_the_yaml(tmp_path):
         load_config(tmp_path / "cfg.yaml")
 
 
+def test_a_linked_data_file_keeps_the_name_and_folder_it_was_given_by(tmp_path):
+    """The hub cache's layout: snapshots/REV/train.json -> ../../blobs/HASH. The data type comes from the name
+    given and the default data_folder is the folder holding that name, not the blob's."""
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snapshots" / "rev"
+    blobs.mkdir()
+    snapshot.mkdir(parents=True)
+    (blobs / "9f86d081884c7d65").write_text(json.dumps(text_records(2)))
+    (snapshot / "train.json").symlink_to(Path("../../blobs/9f86d081884c7d65"))
+    [entry] = resolve_entries(DataConfig(datasets=[{"path": "snapshots/rev/train.json"}]), base_dir=tmp_path)
+    assert (entry.path, entry.data_folder, entry.data_type) == (snapshot / "train.json", snapshot, "json")
+    assert len(_keys(open_source(entry.path, entry.data_type))) == 2
+
 def test_mixture_weights_max_samples_and_epochs(tmp_path):
     write_jsonl(tmp_path / "a.jsonl", [{"messages": f"a{i}"} for i in range(400)])
     write_jsonl(tmp_path / "b.jsonl", [{"messages": f"b{i}"} for i in range(400)])

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Literal
@@ -379,7 +380,7 @@ def resolve_entries(config: DataConfig, base_dir: str | Path = ".") -> list[Reso
 
 def resolve_entry(entry: DatasetEntry, base: Path) -> ResolvedEntry:
     """``entry`` with its path and data folder made absolute (relative to ``base``) and its data type decided."""
-    path = (base / entry.path).resolve()
-    folder = (base / entry.data_folder).resolve() if entry.data_folder else path.parent
+    path = Path(os.path.abspath(base / entry.path))  # as named: a hub-cache link keeps its name and folder
+    folder = Path(os.path.abspath(base / entry.data_folder)) if entry.data_folder else path.parent
     kind = entry.data_type or infer_data_type(path)
     return ResolvedEntry(path, folder, kind, entry.weight, entry.max_samples, entry.layout, entry.columns, entry.tags)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,9 +80,9 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
             fail("schema", f"invalid base64 in data: URL: {exc}")
     # a file:// URL as qwen-vl-utils reads it: the rest is the path (file:///abs, file://relative)
     path = Path(unquote(ref[len("file://"):])) if scheme else Path(ref).expanduser()
-    if not path.is_absolute():
-        root = Path(data_folder).resolve()
-        path = (root / path).resolve()
+    if not path.is_absolute():  # inside data_folder as written: its symlinks (LLaVA's, the hub cache's) are followed
+        root = Path(os.path.abspath(data_folder))
+        path = Path(os.path.abspath(root / path))
         if not allow_path_escape and not path.is_relative_to(root):
             fail("path_escape", f"media path {ref!r} leaves data_folder {str(root)!r} "
                                 "(set allow_path_escape to permit)")

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,7 +73,7 @@ def data_config(data: str | Path, *, on_error: str) -> tuple[DataConfig, Path]:
             cfg = DataConfig(datasets=path.name)
         base = path.parent
     elif path.suffix.lower() in _TABLE_SUFFIXES:
-        cfg, base = DataConfig(datasets=[{"path": str(path.resolve())}]), Path(".")
+        cfg, base = DataConfig(datasets=[{"path": os.path.abspath(path)}]), Path(".")
     else:
         raise ConfigError(f"--data {path}: expected a .jsonl/.json/.parquet/.arrow dataset or a .yaml config")
     if cfg.epochs is None:
