@@ -7,6 +7,7 @@ import base64
 import pytest
 import torch
 from datakit import chat
+from PIL import Image
 
 from vlforge.data import IGNORE_INDEX, SampleError, parse_conversation
 
@@ -141,6 +142,15 @@ def test_bad_input_raises_a_sample_error_naming_file_and_line(make_processor, me
     assert str(info.value).startswith(f"set.jsonl:line 42: {reason}: ")
     assert detail in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_an_image_over_pillows_pixel_limit_is_a_sample_error(make_processor, media_dir):
+    """A 44 KB PNG of 19000x19000 pixels (twice Pillow's MAX_IMAGE_PIXELS): Pillow raises
+    DecompressionBombError, which is no OSError; it must be a skippable corrupt_image, not a crash."""
+    Image.new("1", (19000, 19000)).save(media_dir / "bomb.png")
+    with pytest.raises(SampleError) as info:
+        _process(make_processor("qwen3_vl"), chat([{"type": "image", "image": "bomb.png"}]), media_dir)
+    assert info.value.reason == "corrupt_image" and "decompression bomb" in str(info.value)
 
 
 def test_path_escape_allowed_by_flag(tokenizer, media_dir):

@@ -97,6 +97,6 @@ def load_image(media: Media, *, source: str, location: str) -> Image.Image:
         with media.open() as fh, Image.open(fh) as img:
             img.load()
             return img.convert("RGB")
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         why = _OBJECT_REPR.sub("the data", str(exc))  # Pillow names an in-memory file by its object repr
         raise SampleError("corrupt_image", source, location, f"cannot decode image {media.label}: {why}") from exc

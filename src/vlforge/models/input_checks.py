@@ -44,7 +44,7 @@ def check_image_file(path: Path) -> None:
     try:
         with Image.open(path) as image:
             image.load()
-    except OSError as error:
+    except (OSError, Image.DecompressionBombError) as error:
         raise DataError(f"--image {path}: cannot read image: {error}") from error
 
 

@@ -208,7 +208,7 @@ def image_spec(loaded: Any, paths: Sequence[Path]) -> InputSpec:
         try:
             with Image.open(path) as image:
                 images.append(image.convert("RGB"))
-        except OSError as error:
+        except (OSError, Image.DecompressionBombError) as error:
             raise DataError(f"{path}: cannot read image: {error}") from error
     start, image_id, end = _token_ids(loaded.model)
     tokenizer = _tokenizer(loaded)

@@ -110,7 +110,7 @@ def _images(row: Any) -> list:
             try:
                 image = Image.open(item)
                 image.load()
-            except (OSError, ValueError) as error:
+            except (OSError, ValueError, Image.DecompressionBombError) as error:
                 raise ConfigError(f"prompt {row.index}: cannot read its image ({error})") from None
             item = image
         out.append(item.convert("RGB"))
