@@ -49,6 +49,11 @@ def test_on_error_skip_counts_every_reason_and_writes_the_report(make_processor,
     assert saved["skipped_total"] == 5 and saved["packing"]["samples"] == 2
     assert any("mixed.jsonl:line 4: missing_file" in e for e in saved["examples"]["missing_file"])
 
+    twice = DataStream(cfg.model_copy(update={"epochs": 2, "error_report": None}), make_processor(), base_dir=media_dir)
+    list(twice)  # each read of a bad record counts (5 per epoch) and names it once among the examples
+    assert twice.report()["skipped_total"] == 10 and twice.report()["samples_seen"] == 14
+    assert all(len(shown) == 1 for shown in twice.report()["examples"].values())
+
     strict = DataStream(cfg.model_copy(update={"on_error": "raise"}), make_processor(), base_dir=media_dir)
     next(strict)
     with pytest.raises(SampleError, match=r"mixed.jsonl:line 2: malformed_json"):

@@ -57,7 +57,8 @@ class SampleError(DataError):
 
 @dataclass
 class SkipLedger:
-    """Samples seen, skipped ones counted per reason, and the first few examples (``file:line``) of each."""
+    """Samples seen, skipped ones counted per reason, and the first few examples (``file:line``) of each. A count is
+    per read: a bad record read in two epochs counts twice (as its good neighbours count twice in ``seen``)."""
 
     max_examples: int = 5
     counts: dict[str, int] = field(default_factory=dict)
@@ -72,7 +73,7 @@ class SkipLedger:
         """Count one skipped sample of ``reason``; ``example`` names it (``FILE:line N: reason: detail``)."""
         self.counts[reason] = self.counts.get(reason, 0) + 1
         shown = self.examples.setdefault(reason, [])
-        if len(shown) < self.max_examples:
+        if len(shown) < self.max_examples and example not in shown:  # a record read again (an epoch) is named once
             shown.append(example)
 
     @property
@@ -89,7 +90,8 @@ class SkipLedger:
         for reason, n in other.counts.items():
             self.counts[reason] = self.counts.get(reason, 0) + n
             shown = self.examples.setdefault(reason, [])
-            shown.extend(other.examples.get(reason, [])[: max(0, self.max_examples - len(shown))])
+            fresh = [example for example in other.examples.get(reason, []) if example not in shown]
+            shown.extend(fresh[: max(0, self.max_examples - len(shown))])
 
     @classmethod
     def merged(cls, ledgers: list[SkipLedger]) -> SkipLedger:
