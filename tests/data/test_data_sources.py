@@ -86,7 +86,7 @@ def test_file_level_errors_are_one_line_data_errors(tmp_path):
     with pytest.raises(DataError, match=r"nope\.jsonl: dataset file not found"):
         open_source(tmp_path / "nope.jsonl")
     (tmp_path / "x.txt").write_text("")
-    with pytest.raises(DataError, match="cannot infer data_type"):
+    with pytest.raises(DataError, match="cannot tell the format from its suffix"):
         open_source(tmp_path / "x.txt")
     (tmp_path / "broken.json").write_text("[{")
     with pytest.raises(DataError, match=r"broken\.json: invalid JSON file"):
@@ -95,6 +95,30 @@ def test_file_level_errors_are_one_line_data_errors(tmp_path):
     with pytest.raises(DataError, match=r"broken\.parquet: cannot read parquet"):
         open_source(tmp_path / "broken.parquet").next_record()
 
+
+def test_a_json_file_is_read_as_what_it_holds(tmp_path):
+    """JSON Lines named .json (LLaVA-style dumps, what `datasets`' json loader reads either way), one array
+    named .jsonl, .ndjson; a pretty-printed array or object stays json; a compressed file is named as such."""
+    records = text_records(3)
+    lines = "\n".join(json.dumps(r) for r in records) + "\n"
+    cases = {"lines.json": lines, "array.jsonl": json.dumps(records), "lines.ndjson": lines,
+             "pretty.jsonl": json.dumps(records, indent=2), "bom.json": "\ufeff" + lines}
+    for name, text in cases.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+        [entry] = resolve_entries(DataConfig(datasets=[{"path": name}]), base_dir=tmp_path)
+        source = open_source(entry.path, entry.data_type)
+        first = source.next_record()
+        assert first.location == ("line 1" if "lines" in name or name == "bom.json" else "item 1"), name
+        source.reset()
+        assert len(_keys(source)) == 3, name
+    (tmp_path / "object.json").write_text(json.dumps({"data": records}, indent=2))
+    assert len(_keys(open_source(tmp_path / "object.json"))) == 3
+    (tmp_path / "one.json").write_text(json.dumps({"data": records}) + "\n")
+    assert len(_keys(open_source(tmp_path / "one.json"))) == 3
+    with pytest.raises(DataError, match=r"train\.jsonl\.gz: \.gz files are not read: decompress it first"):
+        open_source(tmp_path / "train.jsonl.gz")
+    with pytest.raises(ValidationError, match=r"\.gz files are not read"):
+        DataConfig(datasets=[{"path": "train.jsonl.gz"}])
 
 def test_dataset_yaml_entries_resolve_relative_to_the_yaml(tmp_path):
     sub = tmp_path / "sets"

@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -35,8 +36,11 @@ from vlforge.errors import ConfigError, DataError
 from vlforge.strict import StrictModel, error_line
 
 DATA_TYPES = ("json", "jsonl", "parquet", "arrow")
-DATA_SUFFIXES = {".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
-"""File suffixes a data file may have, and the ``data_type`` each one means."""
+DATA_SUFFIXES = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
+"""File suffixes a data file may have, and the ``data_type`` each one means (a JSON file's content may override
+its suffix: :func:`infer_data_type`)."""
+_COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar")
+_SNIFF_LINE_BYTES = 1 << 26
 DATASET_LIST_SUFFIXES = (".yaml", ".yml")
 
 
@@ -46,12 +50,46 @@ def field_error(field: str, message: str) -> PydanticCustomError:
     return PydanticCustomError("vlforge_field", message, {"field": field})
 
 
+def _unknown_suffix(path: str | Path) -> str:
+    """Why a data file's suffix does not say its format (a compressed file is named as such)."""
+    suffix = PurePath(path).suffix.lower()
+    if suffix in _COMPRESSED:
+        return f"{suffix} files are not read: decompress it first (a .jsonl.gz to .jsonl, ...)"
+    return f"cannot tell the format from its suffix; set data_type to one of {', '.join(DATA_TYPES)}"
+
+
 def infer_data_type(path: str | Path) -> str:
-    """``data_type`` from the file extension, or a :class:`DataError` naming the file."""
+    """``data_type`` from the file extension, or a :class:`DataError` naming the file. A ``.json`` file holding
+    JSON Lines is ``jsonl`` and a ``.jsonl`` file holding one JSON array is ``json``, by their first bytes (as
+    Hugging Face ``datasets``' json loader reads both)."""
     kind = DATA_SUFFIXES.get(PurePath(path).suffix.lower())
     if kind is None:
-        raise DataError(f"{path}: cannot infer data_type from extension; set data_type to one of {DATA_TYPES}")
-    return kind
+        raise DataError(f"{path}: {_unknown_suffix(path)}")
+    return (_json_kind_by_content(Path(path)) or kind) if kind in ("json", "jsonl") else kind
+
+
+def _json_kind_by_content(path: Path) -> str | None:
+    """``json`` when the file starts with an array, ``jsonl`` when its first non-blank line is a whole JSON
+    object followed by another line starting an object; None when it cannot tell (or cannot read it)."""
+    try:
+        with open(path, "rb") as fh:
+            lines = []
+            while len(lines) < 2 and (line := fh.readline(_SNIFF_LINE_BYTES)):
+                if line.strip():
+                    lines.append(line.strip().removeprefix(b"\xef\xbb\xbf").lstrip())
+    except OSError:
+        return None
+    if not lines:
+        return None
+    if lines[0].startswith(b"["):
+        return "json"
+    if len(lines) == 2 and lines[0].startswith(b"{") and lines[1].startswith(b"{"):
+        try:
+            json.loads(lines[0])
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return "jsonl"
+    return None
 
 
 LayoutName = Literal["auto", "messages", "sharegpt", "pairs", "alpaca"]
@@ -172,11 +210,7 @@ class DatasetEntry(StrictModel):
     @model_validator(mode="after")
     def _known_type(self) -> DatasetEntry:
         if self.data_type is None and PurePath(self.path).suffix.lower() not in DATA_SUFFIXES:
-            raise field_error(
-                "data_type",
-                f"cannot tell the format of {self.path!r} from its suffix; set data_type to one of "
-                "json, jsonl, parquet, arrow",
-            )
+            raise field_error("data_type", f"{self.path!r}: {_unknown_suffix(self.path)}")
         return self
 
 

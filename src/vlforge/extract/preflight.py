@@ -24,15 +24,13 @@ from typing import TYPE_CHECKING
 import yaml
 
 from vlforge.config.data_check import path_problem
-from vlforge.data.config import DataConfig, ResolvedEntry, load_config, resolve_entries
+from vlforge.data.config import DATA_SUFFIXES, DataConfig, ResolvedEntry, load_config, resolve_entries
 from vlforge.errors import ConfigError, DataError
 from vlforge.models.families import names, supports
 from vlforge.outputs import check_output_dir
 
 if TYPE_CHECKING:
     from vlforge.extract.options import ExtractOptions
-
-_TABLE_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
 
 
 def preflight(opts: ExtractOptions) -> tuple[Path, DataConfig, Path, list[ResolvedEntry]]:
@@ -72,7 +70,7 @@ def data_config(data: str | Path, *, on_error: str) -> tuple[DataConfig, Path]:
         else:
             cfg = DataConfig(datasets=path.name)
         base = path.parent
-    elif path.suffix.lower() in _TABLE_SUFFIXES:
+    elif path.suffix.lower() in DATA_SUFFIXES:
         cfg, base = DataConfig(datasets=[{"path": os.path.abspath(path)}]), Path(".")
     else:
         raise ConfigError(f"--data {path}: expected a .jsonl/.json/.parquet/.arrow dataset or a .yaml config")
