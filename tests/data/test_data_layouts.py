@@ -86,6 +86,19 @@ def test_llava_conversations_equal_the_messages_layout(make_processor, media_dir
         assert torch.equal(sample.pixel_values, expected.pixel_values)
 
 
+def test_a_records_own_system_key_is_its_system_prompt_in_every_layout_of_turns():
+    """LLaMA-Factory's sharegpt files and many chat dumps carry `"system"` beside the turns: it opens the chat
+    (unless the turns have a system turn, which wins, as in LLaMA-Factory); it is never dropped."""
+    turns = {"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Arr."}]}
+    assert _parts(parse_conversation({**turns, "system": "You are a pirate."}, "f", "l"))[0] == \
+        ("system", ["You are a pirate."])
+    chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    assert _parts(parse_conversation({**chat, "system": "Be brief."}, "f", "l"))[0] == ("system", ["Be brief."])
+    own = {"messages": [{"role": "system", "content": "Own."}, *chat["messages"]], "system": "Other."}
+    assert [p for p in _parts(parse_conversation(own, "f", "l")) if p[0] == "system"] == [("system", ["Own."])]
+    with pytest.raises(SampleError, match="system prompt 'system' must be a string, got dict"):
+        parse_conversation({**chat, "system": {"name": "x"}}, "f", "l")
+
 def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
     one = parse_conversation({"image": "a.png", "conversations": [
         {"from": "system", "value": "S"}, {"from": "human", "value": "What?"}, {"from": "gpt", "value": "A."}]}, "f", "l")

@@ -112,8 +112,8 @@ class RecordColumns(StrictModel):
     videos: str | None = Field(default=None, min_length=1)
     """Key of the videos that ``<video>`` placeholders take; null: ``videos``, else ``video``, in each record."""
     system: str | None = Field(default=None, min_length=1)
-    """Key of a system prompt (a string) put before the turns when they have no system turn; null: none (layout
-    ``alpaca``: ``system`` where a record has one)."""
+    """Key of a system prompt (a string) put before the turns when they have no system turn; null: ``system``
+    where a record has one."""
     prompt: str | None = Field(default=None, min_length=1)
     """Layout ``alpaca``: key of the instruction (the user turn's first line); null: ``instruction``."""
     query: str | None = Field(default=None, min_length=1)

@@ -49,8 +49,8 @@ ROLE_NAMES = {"user": ("user", "human"), "assistant": ("assistant", "gpt", "mode
 """Role names accepted when ``tags`` does not name one (``tags.user_tag`` etc. replace a role's names)."""
 ALPACA_DEFAULTS = {"prompt": "instruction", "query": "input", "response": "output", "history": "history"}
 """The keys of an ``alpaca`` record (``columns.prompt`` / ``query`` / ``response`` / ``history`` rename them)."""
-ALPACA_SYSTEM = "system"
-"""An ``alpaca`` record's system prompt key when ``columns.system`` is not given (read where present)."""
+SYSTEM_KEY = "system"
+"""A record's system prompt key when ``columns.system`` is not given (read where present, in every layout)."""
 DETECT_RECORDS = 100
 """Records read from the start of a file to find the first one that holds turns (``layout: auto``)."""
 
@@ -76,7 +76,7 @@ class RecordFormat:
     roles: dict[str, str] = field(hash=False)  # role name in the data -> system | user | assistant
     images: tuple[str, ...] = POOL_KEYS["image"]
     videos: tuple[str, ...] = POOL_KEYS["video"]
-    system: str | None = None
+    system: str = SYSTEM_KEY
     origin: str = "named in the dataset entry"
     alpaca: AlpacaKeys | None = None
     """The record keys of layout ``alpaca`` (None for the layouts of turns)."""
@@ -90,7 +90,7 @@ class RecordFormat:
             tail = "".join(f", {item}" for item in extra)
             return (f"alpaca: {{{keys.prompt}, {keys.query}, {keys.response}}} records, earlier exchanges from "
                     f"{keys.history}, system prompt from {self.system}{tail} ({self.origin})")
-        if self.system:
+        if self.system != SYSTEM_KEY:
             extra.append(f"system prompt from {self.system}")
         tail = f"; {', '.join(extra)}" if extra else ""
         return f"{self.layout}: {self.messages} of {{{self.role_tag}, {self.content_tag}}}{tail} ({self.origin})"
@@ -196,11 +196,11 @@ def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> 
     if layout == "alpaca":  # no turns: one exchange, its keys named by columns.prompt / query / response / history
         keys = _alpaca_keys(columns)
         return RecordFormat("alpaca", keys.prompt, keys.query, keys.response, {}, images, videos,
-                            columns.system or ALPACA_SYSTEM, origin, alpaca=keys)
+                            columns.system or SYSTEM_KEY, origin, alpaca=keys)
     if layout == "pairs":  # an exchange's two keys are the role names: tags.user_tag / tags.assistant_tag
         user, assistant = tags.user_tag or PAIR_TAGS[0], tags.assistant_tag or PAIR_TAGS[1]
         return RecordFormat("pairs", key, user, assistant, {user: "user", assistant: "assistant"}, images, videos,
-                            columns.system, origin)
+                            columns.system or SYSTEM_KEY, origin)
     if tags.role_tag is not None:
         role_tag, content_tag = tags.role_tag, tags.content_tag
         if layout == "auto":
@@ -208,7 +208,8 @@ def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> 
     else:
         layout = "messages" if layout == "auto" else layout
         role_tag, content_tag = TURN_KEYS[layout]
-    return RecordFormat(layout, key, role_tag, content_tag, _role_names(tags), images, videos, columns.system, origin)
+    return RecordFormat(layout, key, role_tag, content_tag, _role_names(tags), images, videos,
+                        columns.system or SYSTEM_KEY, origin)
 
 
 def _alpaca_keys(columns: RecordColumns) -> AlpacaKeys:
