@@ -111,3 +111,11 @@ def test_version_line_names_every_package() -> None:
     found = versions()
     assert line.startswith("vlforge ") and f"torch {found['torch']}" in line and "Python " in line
     assert found["transformers"] in line
+
+
+def test_key_value_flags_read_booleans_as_python_and_hydra_write_them() -> None:
+    """`--template-var enable_thinking=False` (Python's spelling, Hydra's too) is the boolean, never the truthy
+    string 'False'; JSON values and plain text keep their meaning."""
+    given = ["a=False", "b=TRUE", "c=false", "d=None", "e=null", "f=3", "g=[1, 2]", "h=False Start", "i='x'"]
+    assert flags.key_values(given, "--template-var") == {
+        "a": False, "b": True, "c": False, "d": None, "e": None, "f": 3, "g": [1, 2], "h": "False Start", "i": "'x'"}

@@ -194,8 +194,12 @@ def build(model: type[StrictModel], values: dict[str, Any]) -> Any:
         raise ConfigError(f"{where}: {message}") from None
 
 
+_WORDS = {"true": True, "false": False, "none": None, "null": None}
+
+
 def key_values(values: list[str] | None, option: str, *, numbers: bool = False) -> dict[str, Any]:
-    """``KEY=VALUE`` items of a repeatable flag; values parsed as JSON where they are (``enable_thinking=false``).
+    """``KEY=VALUE`` items of a repeatable flag; values parsed as JSON where they are (``enable_thinking=false``),
+    and true / false / none / null in any case as the boolean or None (Python's ``False``, as Hydra reads it).
 
     Example:
         >>> key_values(["enable_thinking=false", "name=x"], "--template-var")
@@ -206,8 +210,9 @@ def key_values(values: list[str] | None, option: str, *, numbers: bool = False) 
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise ConfigError(f"{option} {item!r}: expected KEY=VALUE")
+        word = raw.strip().lower()
         try:
-            value = json.loads(raw)
+            value = _WORDS[word] if word in _WORDS else json.loads(raw)
         except ValueError:
             value = raw
         if numbers and not isinstance(value, int | float):

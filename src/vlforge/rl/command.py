@@ -76,6 +76,9 @@ class CheckFlags(RunFlags):
     rewrite_out: Path | None = None
     """Write the fixed reward / regex, chat template, format prompt and tokenizer into this directory."""
 
+    def request(self) -> Any:
+        return super().request().model_copy(update={"reads_prompts": False})
+
 
 class ProbeFlags(RunFlags):
     """``vlforge rl probe``'s flags."""

@@ -42,6 +42,9 @@ class RunRequest(StrictModel):
     reward_kwargs: dict[str, Any] = Field(default_factory=dict)
     format_regex: str | None = None
     skip_special_tokens: bool | None = None
+    reads_prompts: bool = True
+    """False for ``rl check``, which reads no prompt: a train file the engine's config names (a hub dataset name,
+    EasyR1's ``hiyouga/geometry3k@train``) is then not looked for."""
 
 
 class RunSpec(StrictModel):
@@ -199,7 +202,7 @@ def resolve(request: RunRequest) -> RunSpec:
         found["template_text"] = Path(found["template"]).read_text()
     if found.get("tokenizer") is not None and not Path(found["tokenizer"]).is_dir():
         raise ConfigError(f"--tokenizer {found['tokenizer']}: not a directory")
-    if found.get("prompts") is not None:
+    if found.get("prompts") is not None and (request.reads_prompts or sources.get("prompts") == "flag"):
         from vlforge.rl.prompts import PROMPT_KEYS, check_prompts_file
 
         with _named_by(sources, "prompts", "--prompts"):
