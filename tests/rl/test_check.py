@@ -157,6 +157,23 @@ def test_easyr1_config_layout(base, prompts, tmp_path) -> None:
     assert sorted(Path(p).name for p in written) == ["chat_template.jinja", "format_prompt.jinja", "math.py"]
 
 
+def test_a_hub_dataset_the_config_names_does_not_stop_the_check(base, tmp_path) -> None:
+    """EasyR1's own examples train on `hiyouga/geometry3k@train`, TRL's on `--dataset_name trl-lib/...`: the check
+    reads no prompt, so it runs and says the file is not here; probe, which samples from prompts, refuses it."""
+    (tmp_path / "math.py").write_text(EASYR1_REWARD)
+    config = {"data": {"train_files": "hiyouga/geometry3k@train"},
+              "worker": {"actor": {"model": {"model_path": str(base)}},
+                         "reward": {"reward_function": f"{tmp_path / 'math.py'}:compute_score"}}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    code, stdout, _ = invoke("rl", "check", "--engine", "easyr1", "--config", tmp_path / "config.yaml", "--json")
+    report = json.loads(stdout)
+    assert code == 3 and set(_problems(report)) == {"untrained"}
+    assert any(note.startswith("train file hiyouga/geometry3k (config.yaml:data.train_files) is not on this machine")
+               for note in report["notes"]), report["notes"]
+    code, _, stderr = invoke("rl", "probe", "--engine", "easyr1", "--config", tmp_path / "config.yaml")
+    assert code == 2 and "config.yaml:data.train_files: hiyouga/geometry3k: not found (a hub dataset name?" in stderr
+
+
 def test_openrlhf_reward_signature_is_recognised(tiny_checkpoint, r1_template, tmp_path) -> None:
     (tmp_path / "rm.py").write_text(
         "import re\n\ndef reward_func(queries, prompts, labels):\n"
@@ -252,6 +269,9 @@ def test_a_bad_value_from_the_engines_config_names_its_key(tmp_path, monkeypatch
         if change is not None:
             config.setdefault(change[0], {})[change[1]] = change[2]
         (tmp_path / "v.yaml").write_text(yaml.safe_dump(config))
-        code, _, stderr = invoke("rl", "check", "--engine", "verl", "--config", "v.yaml")
+        command = "probe" if "train_files" in message else "check"  # check reads no prompt (a hub name is fine)
+        code, _, stderr = invoke("rl", command, "--engine", "verl", "--config", "v.yaml")
         expected.append((code, message in stderr, stderr))
     assert [(code, hit) for code, hit, _ in expected] == [(2, True)] * 3, expected
+    code, _, stderr = invoke("rl", "check", "--engine", "verl", "--config", "v.yaml")
+    assert code == 2 and "nomodel does not exist" in stderr and "train_files" not in stderr

@@ -161,6 +161,9 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
 
     problems: list[Problem] = []
     notes = list(audit.notes)
+    if spec.prompts is not None and not spec.prompts.exists():
+        notes.append(f"train file {spec.prompts} ({spec.sources.get('prompts', 'flag')}) is not on this machine (a hub "
+                     "dataset?): the check reads no prompt; rl probe needs a local copy (--prompts FILE)")
     model_ref = spec.model
     untrained = [r.tag for r in reports if r.verdict == "untrained"]
     template_untrained = [f.tag for f in audit.findings if f.role == "generated" and f.tag not in tags

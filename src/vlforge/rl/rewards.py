@@ -40,7 +40,8 @@ class RewardInfo:
     params: list[str]
     var_keyword: bool
     patterns: list[str]
-    """String constants of the file (docstrings excluded) that hold a tag, in source order."""
+    """String constants that hold a tag (docstrings excluded), in source order: the function's own and those of
+    the module-level helpers and constants it reaches (:func:`_reachable`), not the file's other functions'."""
     uses: list[str] = field(default_factory=list)
     """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``literal`` or ``processing``."""
     positional: int = 0
@@ -86,7 +87,10 @@ _REGEX_TESTS = frozenset({"search", "match", "fullmatch", "findall", "finditer",
 _REGEX_EDITS = frozenset({"sub", "subn", "split"})
 _TEXT_TESTS = frozenset({"startswith", "endswith", "__contains__"})
 _TEXT_EDITS = frozenset({"split", "rsplit", "partition", "rpartition", "replace", "strip", "lstrip", "rstrip",
-                         "removeprefix", "removesuffix", "find", "rfind", "index", "rindex", "count"})
+                         "removeprefix", "removesuffix"})
+_TEXT_SEARCHES = frozenset({"find", "rfind", "index", "rindex", "count"})
+"""A test for the tag (``text.count("<think>") == 1``, ``find(...) != -1``), unless the result cuts the text (a
+slice bound: ``text[text.find("</think>") + 8:]``)."""
 _RANK = {"regex": 3, "literal": 2, "processing": 1}
 
 
@@ -108,22 +112,60 @@ def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
         name, owner = parent.func.attr, parent.func.value
         if isinstance(owner, ast.Name) and owner.id in ("re", "regex"):
             return "regex" if name in _REGEX_TESTS else "processing" if name in _REGEX_EDITS else None
+        if name in _TEXT_SEARCHES:
+            return "processing" if _in_slice(parent, parents) else "literal"
         return "literal" if name in _TEXT_TESTS else "processing" if name in _TEXT_EDITS else None
     return None
 
 
-def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST]) -> str:
+def _in_slice(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """``node`` is (part of) a slice bound or an index: ``text[node + 8:]``."""
+    while (parent := parents.get(id(node))) is not None and not isinstance(parent, ast.stmt):
+        if isinstance(parent, ast.Slice) or (isinstance(parent, ast.Subscript) and parent.slice is node):
+            return True
+        node = parent
+    return False
+
+
+def _reachable(tree: ast.Module, start: ast.AST) -> set[int]:
+    """Ids of the nodes ``start`` can run or read: its own, and those of the module-level functions, classes and
+    assignments it names, transitively (a helper, a pattern constant). Other functions of the file are not."""
+    defined: dict[str, list[ast.AST]] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.setdefault(node.name, []).append(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        defined.setdefault(name.id, []).append(node)
+    seen: set[int] = set()
+    queue = [start]
+    while queue:
+        top = queue.pop()
+        if id(top) in seen:
+            continue
+        for node in ast.walk(top):
+            seen.add(id(node))
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                queue.extend(d for d in defined.get(node.id, []) if id(d) not in seen)
+    return seen
+
+
+def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], within: set[int] | None = None) -> str:
     """``regex`` (a regular expression a match is tested with), ``literal`` (a plain-text test: ``in``, ``==``,
     ``startswith``) or ``processing`` (text cut or replaced: ``split("</think>")``, ``re.sub``). A constant bound to
-    a name takes its strongest use among that name's uses; a use the file does not show counts as ``regex``."""
+    a name takes its strongest use among that name's uses (those ``within`` the nodes given, when given); a use the
+    file does not show counts as ``regex``."""
     use = _use_at(node, parents)
     if use is not None:
         return use
     parent = parents.get(id(node))
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
         name = parent.targets[0].id
-        uses = [_use_at(n, parents) for n in ast.walk(tree)
-                if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+        uses = [_use_at(n, parents) for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name
+                and isinstance(n.ctx, ast.Load) and (within is None or id(n) in within)]
         known = [u for u in uses if u is not None]
         if known and len(known) == len(uses):
             return max(known, key=_RANK.__getitem__)
@@ -166,13 +208,14 @@ def inspect_reward(file: Path, function: str) -> RewardInfo:
         raise ConfigError(f"--reward {file}: {function!r} is {assigned[-1].value.value!r}, not a function")
     docstrings = _docstring_nodes(tree)
     parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    within = _reachable(tree, found[-1] if found else assigned[-1])
     patterns, spans, uses = [], [], []
     for node in ast.walk(tree):
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-                and TAG_RE.search(node.value)):
+                and id(node) in within and TAG_RE.search(node.value)):
             patterns.append(node.value)
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
-            uses.append(pattern_use(node, tree, parents))
+            uses.append(pattern_use(node, tree, parents, within))
     order = sorted(range(len(patterns)), key=lambda i: spans[i])
     return RewardInfo(file=file, function=function, params=params, var_keyword=var_keyword, positional=positional,
                       required=required, var_positional=var_positional,

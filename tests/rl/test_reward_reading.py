@@ -1,0 +1,72 @@
+"""What a reward file needs, read from its source (no code runs): only the checked function and what it reaches,
+and how each tag is used there (a test, a regex, or text cut at it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vlforge.rl.rewards import inspect_reward
+
+OPEN_R1_STYLE = '''import re
+
+reasoning_delimiters = ["</think>"]
+THINK = r"^<think>\\n.*?\\n</think>\\n<answer>\\n.*?\\n</answer>$"
+
+
+def format_reward(completions, **kwargs):
+    return [1.0 if re.match(THINK, c[0]["content"], re.S) else 0.0 for c in completions]
+
+
+def _boxed(text):
+    return re.search(r"\\\\boxed\\{(.*)\\}", text)
+
+
+def accuracy_reward(completions, solution, **kwargs):
+    return [float(_boxed(c[0]["content"]) is not None) for c in completions]
+
+
+def think_then_boxed(completions, **kwargs):
+    return [float(bool(re.search(r"<think>.*</think>", c[0]["content"], re.S))) and float(_boxed(c) is not None)
+            for c in completions]
+'''
+
+COUNTS = '''def tag_count_reward(completions, **kwargs):
+    def count(text):
+        return 0.5 * (text.count("<think>\\n") == 1) + 0.5 * (text.find("</think>") != -1)
+    return [count(c) for c in completions]
+
+
+def cut_after(completions, **kwargs):
+    return [float("42" in c[c.find("</think>") + 8:]) for c in completions]
+'''
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    out = {}
+    for name, text in (("open_r1.py", OPEN_R1_STYLE), ("counts.py", COUNTS)):
+        (tmp_path / name).write_text(text)
+        out[name] = tmp_path / name
+    return out
+
+
+def _needed(file: Path, function: str) -> list[str]:
+    return [text for text, _regex in inspect_reward(file, function).needed]
+
+
+def test_only_the_checked_function_and_what_it_reaches_count(files):
+    """A tag-free accuracy reward beside a format reward in one file needs no tag (was: every tag of the file);
+    a function reaches module constants and helpers it names."""
+    assert _needed(files["open_r1.py"], "accuracy_reward") == []
+    assert _needed(files["open_r1.py"], "format_reward") == [r"^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$"]
+    assert _needed(files["open_r1.py"], "think_then_boxed") == [r"<think>.*</think>"]
+
+
+def test_count_and_find_test_for_a_tag_and_a_slice_at_one_cuts_text(files):
+    """open-r1's tag_count_reward style (`count(...) == 1`, `find(...) != -1`) needs the tags; a slice from
+    `find("</think>")` only cuts the text there."""
+    info = inspect_reward(files["counts.py"], "tag_count_reward")
+    assert [(text, regex) for text, regex in info.needed] == [("<think>\n", False), ("</think>", False)]
+    assert _needed(files["counts.py"], "cut_after") == []
