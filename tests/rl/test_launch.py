@@ -153,6 +153,27 @@ def test_a_trl_launch_command_reads_as_trls_own_parser(tiny_checkpoint, prompts,
         "grpo.yaml:max_completion_length"
 
 
+def test_of_several_trl_reward_funcs_the_one_naming_tags_is_checked_and_a_flag_wins(tiny_checkpoint, prompts,
+                                                                                    tmp_path):
+    """`--reward_funcs accuracy_reward think_format_reward`, TRL's own pair: the format is the only one naming a
+    tag; a --reward or --format-regex given beside the command replaces the list."""
+    (tmp_path / "r.py").write_text("import re\n\ndef fmt(completions, **kw):\n    return [float(bool(re.search("
+                                   "r'<a>.*</a>', c))) for c in completions]\n\ndef fmt2(completions, **kw):\n"
+                                   "    return [float('<b>' in c) for c in completions]\n")
+    launch = ["trl", "grpo", "--model_name_or_path", str(tiny_checkpoint("qwen3_vl")), "--dataset_name",
+              str(prompts), "--reward_funcs", "accuracy_reward", "think_format_reward"]
+    spec = resolve(RunRequest(launch=launch))
+    assert spec.reward_function == "think_format_reward"
+    assert spec.sources["reward_file"] == "launch:reward_funcs (the one of 2 that names a tag)"
+    spec = resolve(RunRequest(launch=launch, reward=f"{tmp_path / 'r.py'}:fmt"))
+    assert (spec.reward_file, spec.reward_function) == (tmp_path / "r.py", "fmt")
+    assert resolve(RunRequest(launch=launch, format_regex="<x>")).reward_file is None
+    both = [*launch[:-2], "r.fmt", "r.fmt2"]
+    with pytest.raises(ConfigError, match=r"launch:reward_funcs: 2 of its functions name tags \(r.fmt, r.fmt2\); "
+                                          r"vlforge checks one at a time: pass --reward FILE:FUNCTION"):
+        resolve(RunRequest(launch=both, reward_paths=[tmp_path]))
+
+
 @pytest.mark.parametrize(("engine", "args", "message"), [
     (None, ["python3", "train.py", "a=1"], "pass --engine (verl, easyr1 or trl): its launcher 'train.py' is not one"),
     (None, ["a=1"], "pass --engine (verl, easyr1 or trl): it names no launcher"),
@@ -208,7 +229,7 @@ def test_config_named_twice_or_missing_is_one_line(tmp_path, base):
     code, _, stderr = invoke("rl", "check", "--format-regex", "<think>", "--", "trl", "grpo", "--model_name_or_path",
                              str(base), "--num_generations", "four")
     assert code == 2 and "num_generations: expected an integer, got 'four'" in stderr
-    code, _, stderr = invoke("rl", "check", "--format-regex", "<think>", "--", "python3", "-m", "verl.trainer.main",
+    code, _, stderr = invoke("rl", "probe", "--format-regex", "<think>", "--", "python3", "-m", "verl.trainer.main",
                              "data.train_files=hiyouga/geometry3k@train", f"worker.actor.model.model_path={base}")
     assert code == 2 and "launch:data.train_files: hiyouga/geometry3k: not found (a hub dataset name? vlforge reads " \
         "no network" in stderr

@@ -231,10 +231,7 @@ def read_engine_config(engine: str, path: Path | None, launch: Launch | None = N
             funcs = [funcs]
         _typed("reward_funcs", funcs, list, "a list of reward functions")
         if funcs:
-            if len(funcs) > 1:
-                raise ConfigError(f"{origin('reward_funcs')}: names {len(funcs)} functions; vlforge checks one at "
-                                  "a time (pass --reward FILE:FUNCTION for the one to check)")
-            put("reward_ref", "reward_funcs", str(funcs[0]))
+            put("reward_refs", "reward_funcs", [str(func) for func in funcs])
         put("samples", "num_generations", _typed("num_generations", dotted(data, "num_generations"), int, "an integer"))
         put("max_new_tokens", "max_completion_length",
             _typed("max_completion_length", dotted(data, "max_completion_length"), int, "an integer"))

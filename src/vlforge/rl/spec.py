@@ -98,9 +98,27 @@ def _reward_ref(text: str, default_function: str | None) -> tuple[Path, str]:
     return Path(file).expanduser(), function
 
 
+def _format_reward(refs: list[str], origin: str, search: list[Path]) -> tuple[Path, str, str]:
+    """The one of TRL's ``reward_funcs`` that names a tag (``accuracy_reward think_format_reward``: the format one),
+    as ``(file, function, source)``; several that do are one line asking for ``--reward``."""
+    from vlforge.rl.rewards import inspect_reward, resolve_module_function
+
+    found = [(ref, *resolve_module_function(ref, search)) for ref in refs]
+    if len(found) == 1:
+        return found[0][1], found[0][2], origin
+    tagged = [item for item in found if inspect_reward(item[1], item[2]).needed]
+    if len(tagged) > 1:
+        names = ", ".join(ref for ref, _file, _function in tagged)
+        raise ConfigError(f"{origin}: {len(tagged)} of its functions name tags ({names}); vlforge checks one at a "
+                          "time: pass --reward FILE:FUNCTION for the one to check")
+    _ref, file, function = (tagged or found)[0]
+    which = f"the one of {len(refs)} that names a tag" if tagged else f"the first of {len(refs)}: none names a tag"
+    return file, function, f"{origin} ({which})"
+
+
 def resolve(request: RunRequest) -> RunSpec:
     """Flags over the config file over the engine's defaults; the files named are checked here (no torch)."""
-    from vlforge.rl.rewards import inspect_reward, resolve_module_function
+    from vlforge.rl.rewards import inspect_reward
 
     found: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -144,15 +162,15 @@ def resolve(request: RunRequest) -> RunSpec:
         found["reward_kwargs"] = {**found.get("reward_kwargs", {}), **request.reward_kwargs}
         sources["reward_kwargs"] = "flag"
 
-    # the reward: a flag, the config's file:function, or TRL's reward_funcs reference
-    reward_ref = found.pop("reward_ref", None)
+    # the reward: a flag, the config's file:function, or TRL's reward_funcs references
+    reward_refs = found.pop("reward_refs", None)
     if request.reward is not None:
         file, function = _reward_ref(request.reward, ENGINES[name].default_function if name in ENGINES else None)
         found["reward_file"], found["reward_function"] = file, function
         sources["reward_file"] = sources["reward_function"] = "flag"
-    elif reward_ref is not None and "format_regex" not in found:
-        found["reward_file"], found["reward_function"] = resolve_module_function(
-            reward_ref, [Path.cwd(), *request.reward_paths])
+    elif reward_refs and "format_regex" not in found:
+        found["reward_file"], found["reward_function"], sources["reward_file"] = _format_reward(
+            reward_refs, sources.pop("reward_refs"), [Path.cwd(), *request.reward_paths])
     if found.get("reward_file") is not None and found.get("format_regex") is not None and request.reward is None:
         found.pop("reward_file"), found.pop("reward_function", None)  # --format-regex replaces the config's reward
     info = None
