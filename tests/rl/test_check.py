@@ -109,6 +109,26 @@ def test_prefilled_think_makes_trls_format_unsatisfiable(tiny_checkpoint, r1_tem
     assert report["sources"]["template_vars"] == "grpo.yaml:chat_template_kwargs"
 
 
+def test_trl_text_prompts_go_in_as_written_so_their_own_end_is_the_prefill(tiny_checkpoint, tmp_path) -> None:
+    """TRL applies no chat template to a text prompt: the R1-Zero prompt ending in "Assistant: <think>" pre-fills
+    the tag, and enable_thinking=false, which only a template reads, pre-fills nothing."""
+    model = tiny_checkpoint("qwen3_vl")
+    r1_zero = tmp_path / "r1zero.jsonl"
+    r1_zero.write_text(json.dumps({"prompt": "A conversation between User and Assistant. User: 2+2?\nAssistant: "
+                                             "<think>"}) + "\n")
+    launch = ["--", "trl", "grpo", "--model_name_or_path", model, "--reward_funcs", "think_format_reward"]
+    code, stdout, _ = invoke("rl", "check", "--json", *launch, "--dataset_name", r1_zero)
+    report = json.loads(stdout)
+    assert code == 3 and set(_problems(report)) == {"prefilled"} and report["prefill"] == "<think>", report
+    assert any("TRL passes text prompts as they are" in note for note in report["notes"])
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"prompt": "What is 2+2?"}) + "\n")
+    code, stdout, _ = invoke("rl", "check", "--json", *launch, "--dataset_name", plain, "--chat_template_kwargs",
+                             '{"enable_thinking": false}')
+    report = json.loads(stdout)
+    assert code == 0 and report["prefill"] == "" and not report["problems"], report
+
+
 def test_prefill_rewrite_makes_the_opening_tag_optional(tiny_checkpoint, r1_template, tmp_path) -> None:
     model = tiny_checkpoint("qwen3_vl")
     code, stdout, _ = invoke("rl", "check", "--model", model, "--format-regex", r"^<think>.*</think>",

@@ -44,7 +44,7 @@ def _rows(dataset: Any, limit: int) -> list:
         conversational = isinstance(prompt, list)
         messages = [dict(m) for m in prompt] if conversational else [{"role": "user", "content": str(prompt)}]
         rows.append(PromptRow(index=index, messages=messages, conversational=conversational,
-                              columns={k: v for k, v in raw.items() if k != "prompt"}))
+                              columns={k: v for k, v in raw.items() if k != "prompt"}, templated=conversational))
     return rows
 
 

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any, Literal
@@ -123,6 +124,17 @@ def reward_patterns(spec: RunSpec) -> tuple[str, list[tuple[str, bool]]]:
     return f"{spec.reward_file}:{spec.reward_function}", info.needed
 
 
+def _trl_text_prompt(spec: RunSpec) -> str | None:
+    """The first prompt of a TRL run's local dataset when it is text (TRL tokenizes those without the chat
+    template, ``maybe_apply_chat_template``); None for chat prompts, other engines or a file not here."""
+    if spec.engine != "trl" or spec.prompts is None or not spec.prompts.is_file():
+        return None
+    from vlforge.rl.prompts import read_prompts
+
+    row = read_prompts(spec.prompts, engine="trl", prompt_key=spec.prompt_key, limit=1)[0]
+    return None if row.conversational else row.messages[0]["content"]
+
+
 def _tags_text(tags: list[str]) -> str:
     return ",".join(tags)
 
@@ -143,6 +155,9 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
     tags = required_tags(patterns, added)
     template_text = spec.template_text if spec.template_text is not None else tok.chat_template
     probe = probe_template(tok, template_text, spec.template_vars)
+    text_prompt = _trl_text_prompt(spec)
+    if text_prompt is not None:  # TRL renders no template for it: the prompt's own end is what the policy continues
+        probe = dataclasses.replace(probe, prefill=next((t for t in tags if text_prompt.rstrip().endswith(t)), ""))
     template_source = (str(spec.template) if spec.template is not None
                        else spec.sources.get("template_text") or "the tokenizer's own")
 
@@ -161,6 +176,9 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
 
     problems: list[Problem] = []
     notes = list(audit.notes)
+    if text_prompt is not None:
+        notes.append(f"TRL passes text prompts as they are (no chat template, so no template pre-fill): {spec.prompts}'s "
+                     f"first prompt ends {text_prompt.rstrip()[-40:]!r}")
     if spec.prompts is not None and not spec.prompts.exists():
         notes.append(f"train file {spec.prompts} ({spec.sources.get('prompts', 'flag')}) is not on this machine (a hub "
                      "dataset?): the check reads no prompt; rl probe needs a local copy (--prompts FILE)")

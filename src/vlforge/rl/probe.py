@@ -118,7 +118,10 @@ def _images(row: Any) -> list:
 
 
 def render_prompt(tokenizer: Any, processor: Any, row: Any, template_text: str | None, template_vars: dict) -> str:
-    """The prompt text the engine generates from (chat template with the generation prompt)."""
+    """The prompt text the engine generates from: the chat template with the generation prompt, or the text
+    itself where the engine renders none (TRL's text prompts)."""
+    if not row.templated:
+        return row.messages[0]["content"]
     owner = processor if (row.images and processor is not None) else tokenizer
     return owner.apply_chat_template(row.messages, tokenize=False, add_generation_prompt=True,
                                      chat_template=template_text, **template_vars)

@@ -41,6 +41,8 @@ class PromptRow:
     columns: dict = field(default_factory=dict)
     """Every column but the prompt (TRL passes them to the reward as keyword arguments)."""
     images: list = field(default_factory=list)
+    templated: bool = True
+    """The engine renders the chat template around it (TRL tokenizes a text prompt as it is)."""
 
 
 def _native(value: Any) -> Any:
@@ -141,6 +143,30 @@ def _with_media_parts(messages: list[dict], tag: str) -> list[dict]:
     return out
 
 
+def _trl_images(raw: dict) -> list:
+    """TRL's image column: ``images`` (a list) or ``image`` (one)."""
+    if raw.get("images") is not None:
+        return list(raw["images"])
+    return [raw["image"]] if raw.get("image") is not None else []
+
+
+def _with_image_parts(messages: list[dict], count: int) -> list[dict]:
+    """Chat messages whose parts already place the images, or ``count`` image parts put before the first user
+    turn's text (TRL's ``prepare_multimodal_messages`` when the prompt names none)."""
+    placed = sum(1 for m in messages if isinstance(m.get("content"), list)
+                 for part in m["content"] if isinstance(part, dict) and part.get("type") == "image")
+    if placed:
+        return messages
+    out, done = [], False
+    for message in messages:
+        if not done and message.get("role") == "user":
+            content = message.get("content")
+            text = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
+            message, done = {**message, "content": [*({"type": "image"} for _ in range(count)), *text]}, True
+        out.append(message)
+    return out
+
+
 def read_prompts(path: Path, *, engine: str, prompt_key: str | None = None, answer_key: str | None = None,
                  image_key: str | None = None, format_prompt: str | None = None,
                  limit: int | None = None) -> list[PromptRow]:
@@ -165,16 +191,22 @@ def read_prompts(path: Path, *, engine: str, prompt_key: str | None = None, answ
                 raise DataError(f"{path}: row {index}: a format prompt needs {key!r} as text")
             value = template.render(content=value)
         messages, conversational = _messages(value, path, index, key)
-        images = list(raw.get(image_key) or []) if engine in ("verl", "easyr1") else []
-        if images:
-            messages = _with_media_parts(messages, "<image>")
+        if engine == "trl":  # TRL's VLM rows: an `image` or `images` column beside chat messages with image parts
+            images = _trl_images(raw) if conversational else []
+            if images:
+                messages = _with_image_parts(messages, len(images))
+        else:
+            images = list(raw.get(image_key) or []) if engine in ("verl", "easyr1") else []
+            if images:
+                messages = _with_media_parts(messages, "<image>")
         reward_model = raw.get("reward_model")
         answer = (reward_model.get("ground_truth") if engine == "verl" and isinstance(reward_model, dict)
                   else raw.get(answer_key) if answer_key else None)
         rows.append(PromptRow(
             index=index, messages=messages, conversational=conversational, answer=answer,
             data_source=raw.get("data_source"), extra_info=dict(raw.get("extra_info") or {}),
-            columns={k: v for k, v in raw.items() if k != key}, images=images))
+            columns={k: v for k, v in raw.items() if k != key}, images=images,
+            templated=conversational or engine != "trl"))
     if not rows:
         raise DataError(f"{path}: no rows")
     return rows

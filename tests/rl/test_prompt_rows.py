@@ -1,0 +1,44 @@
+"""Prompts as each engine builds them from its dataset rows (no model): TRL's text and VLM rows."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from PIL import Image
+
+from vlforge.rl.probe import render_prompt
+from vlforge.rl.prompts import read_prompts
+
+
+def _png() -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8), "red").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_trl_text_prompts_render_as_written_and_chat_prompts_through_the_template(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "User: 2+2?\nAssistant: <think>"}) + "\n"
+                    + json.dumps({"prompt": [{"role": "user", "content": "2+2?"}]}) + "\n")
+    text, chat = read_prompts(path, engine="trl")
+    assert (text.templated, chat.templated) == (False, True)
+    assert render_prompt(None, None, text, None, {}) == "User: 2+2?\nAssistant: <think>"
+    [verl_text] = read_prompts(path, engine="easyr1", limit=1)
+    assert verl_text.templated  # EasyR1 and verl wrap a text prompt in a user turn and render the template
+
+
+def test_trl_vlm_rows_keep_their_image_column(tmp_path):
+    """TRL's VLM datasets: chat prompts with image parts and an `image` (or `images`) column of image structs."""
+    rows = [{"prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Colour?"}]}],
+             "image": {"bytes": _png(), "path": None}, "solution": "red"},
+            {"prompt": [{"role": "user", "content": "Colour?"}], "images": [{"bytes": _png(), "path": None}] * 2,
+             "solution": "red"}]
+    for i, row in enumerate(rows):
+        pq.write_table(pa.Table.from_pylist([row]), tmp_path / f"vlm{i}.parquet")
+    [first], [second] = (read_prompts(tmp_path / f"vlm{i}.parquet", engine="trl") for i in range(2))
+    assert len(first.images) == 1 and [part["type"] for part in first.messages[0]["content"]] == ["image", "text"]
+    assert len(second.images) == 2
+    assert second.messages[0]["content"] == [{"type": "image"}, {"type": "image"}, {"type": "text", "text": "Colour?"}]
