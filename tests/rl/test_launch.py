@@ -115,11 +115,12 @@ def test_an_easyr1_launch_command_reads_as_omegaconf_merges_it(base, prompts, ve
     overrides = ["config=config.yaml", f"data.train_files={prompts}@train", "data.prompt_key=prompt",
                  f"worker.actor.model.model_path={base}", "worker.rollout.n=8", "worker.rollout.temperature=0.7",
                  "worker.reward.skip_special_tokens=false", "trainer.experiment_name=qwen2_5_vl_7b_geo_grpo",
-                 "worker.reward.reward_function_kwargs={accuracy_weight: 0.5}"]  # merged into the file's mapping
+                 "worker.reward.reward_function_kwargs={accuracy_weight: 0.5}",  # merged into the file's mapping
+                 "worker.reward.reward_type=sequential"]
     keys = {"model": "worker.actor.model.model_path", "prompts": "data.train_files", "prompt_key": "data.prompt_key",
             "max_new_tokens": "data.max_response_length", "samples": "worker.rollout.n",
             "temperature": "worker.rollout.temperature", "skip_special_tokens": "worker.reward.skip_special_tokens",
-            "reward_kwargs": "worker.reward.reward_function_kwargs"}
+            "reward_kwargs": "worker.reward.reward_function_kwargs", "reward_type": "worker.reward.reward_type"}
     theirs = _engine_parser(verl_site, {"engine": "easyr1", "overrides": overrides, "keys": list(keys.values())})
     spec = resolve(RunRequest(launch=["python3", "-m", "verl.trainer.main", *overrides]))
     assert spec.engine == "easyr1"

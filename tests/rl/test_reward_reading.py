@@ -70,3 +70,14 @@ def test_count_and_find_test_for_a_tag_and_a_slice_at_one_cuts_text(files):
     info = inspect_reward(files["counts.py"], "tag_count_reward")
     assert [(text, regex) for text, regex in info.needed] == [("<think>\n", False), ("</think>", False)]
     assert _needed(files["counts.py"], "cut_after") == []
+
+
+def test_easyr1s_reward_type_key_wins_over_the_files_constant(tmp_path):
+    """EasyR1's `worker.reward.reward_type=sequential` (its examples' config) over the file's REWARD_TYPE."""
+    from vlforge.rl.rewards import load_scorer
+
+    (tmp_path / "seq.py").write_text('REWARD_TYPE = "batch"\n\n\ndef compute_score(reward_input):\n'
+                                     '    return {"overall": float("<think>" in reward_input["response"])}\n')
+    info = inspect_reward(tmp_path / "seq.py", "compute_score")
+    assert load_scorer("easyr1", info).reward_type == "batch"
+    assert load_scorer("easyr1", info, reward_type="sequential").reward_type == "sequential"

@@ -220,6 +220,11 @@ def read_engine_config(engine: str, path: Path | None, launch: Launch | None = N
         put("skip_special_tokens", "worker.reward.skip_special_tokens",
             _typed("worker.reward.skip_special_tokens", dotted(data, "worker.reward.skip_special_tokens"), bool,
                    "true or false"))
+        reward_type = _typed("worker.reward.reward_type", dotted(data, "worker.reward.reward_type"), str,
+                             "batch or sequential")
+        if reward_type not in (None, "batch", "sequential"):
+            raise ConfigError(f"{origin('worker.reward.reward_type')}: {reward_type!r}; expected batch or sequential")
+        put("reward_type", "worker.reward.reward_type", reward_type)
     elif engine == "trl":
         data = {key: _argparse_typed(key, value) for key, value in data.items()}
         put("model", "model_name_or_path",

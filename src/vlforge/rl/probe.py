@@ -268,7 +268,7 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
     else:
         assert spec.reward_file is not None and spec.reward_function is not None
         score = load_scorer(spec.engine, inspect_reward(spec.reward_file, spec.reward_function),
-                            kwargs=spec.reward_kwargs, extra_paths=spec.reward_paths)
+                            kwargs=spec.reward_kwargs, extra_paths=spec.reward_paths, reward_type=spec.reward_type)
     started = time.perf_counter()
     loaded = load(spec.model, dtype=dtype, device=device, processor=any(r.images for r in rows))
     tokenizer = load_tokenizer(spec.tokenizer) if spec.tokenizer is not None else loaded.tokenizer

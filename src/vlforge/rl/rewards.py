@@ -434,10 +434,11 @@ class Scorer:
 
 
 def load_scorer(engine: str, info: RewardInfo, *, kwargs: dict | None = None,
-                extra_paths: list[Path] | None = None) -> Scorer:
-    """Run the reward file and wrap its function for ``engine``."""
+                extra_paths: list[Path] | None = None, reward_type: str | None = None) -> Scorer:
+    """Run the reward file and wrap its function for ``engine``; ``reward_type`` (EasyR1's config key) over the
+    file's ``REWARD_TYPE``, else batch."""
     fn, module = _load_function(info.file, info.function, list(extra_paths or []))
     if inspect.iscoroutinefunction(fn):
         raise ConfigError(f"{info.file}:{info.function} is async; vlforge calls reward functions synchronously")
-    reward_type = str(getattr(module, "REWARD_TYPE", "batch"))
+    reward_type = reward_type or str(getattr(module, "REWARD_TYPE", "batch"))
     return Scorer(engine=engine, fn=fn, info=info, kwargs=dict(kwargs or {}), reward_type=reward_type)

@@ -13,7 +13,7 @@ import contextlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -66,6 +66,8 @@ class RunSpec(StrictModel):
     reward_file: Path | None = None
     reward_function: str | None = None
     reward_kwargs: dict[str, Any] = Field(default_factory=dict)
+    reward_type: Literal["batch", "sequential"] | None = None
+    """EasyR1's ``worker.reward.reward_type`` (None: the file's ``REWARD_TYPE``, else batch)."""
     reward_paths: list[Path] = Field(default_factory=list)
     format_regex: str | None = None
     skip_special_tokens: bool
