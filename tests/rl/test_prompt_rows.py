@@ -42,3 +42,30 @@ def test_trl_vlm_rows_keep_their_image_column(tmp_path):
     assert len(first.images) == 1 and [part["type"] for part in first.messages[0]["content"]] == ["image", "text"]
     assert len(second.images) == 2
     assert second.messages[0]["content"] == [{"type": "image"}, {"type": "image"}, {"type": "text", "text": "Colour?"}]
+
+
+def test_verl_and_easyr1_image_rows_in_the_forms_their_datasets_hold(tmp_path):
+    """verl's {"image": "file://..."} dicts (qwen-vl-utils' form) and EasyR1's data.image_dir; a row whose images
+    have no <image> in the text is one line (verl's processor would stop on it)."""
+    import pytest
+
+    from vlforge.errors import DataError
+    from vlforge.rl.probe import _images
+
+    Image.new("RGB", (8, 8), "red").save(tmp_path / "red.png")
+    rows = [{"prompt": [{"role": "user", "content": "<image>Colour?"}],
+             "images": [{"image": f"file://{tmp_path / 'red.png'}"}]},
+            {"prompt": [{"role": "user", "content": "<image>Colour?"}], "images": [{"bytes": _png(), "path": None}]}]
+    path = tmp_path / "verl.jsonl"
+    path.write_text("".join(json.dumps(r, default=str) + "\n" for r in rows[:1]))
+    [row] = read_prompts(path, engine="verl")
+    assert [im.size for im in _images(row)] == [(8, 8)]
+    easy = tmp_path / "easy.jsonl"
+    easy.write_text(json.dumps({"prompt": "<image>Colour?", "images": ["red.png"]}) + "\n")
+    [row] = read_prompts(easy, engine="easyr1", image_dir=tmp_path)
+    assert row.images == [str(tmp_path / "red.png")] and [im.size for im in _images(row)] == [(8, 8)]
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"prompt": [{"role": "user", "content": "Colour?"}], "images": ["red.png"]}) + "\n")
+    with pytest.raises(DataError, match=r"bare.jsonl: row 0: 1 image\(s\) but 0 <image> placeholder\(s\) in its "
+                                        r"prompt \(verl puts each image at an <image> of the text\)"):
+        read_prompts(bare, engine="verl")

@@ -198,6 +198,8 @@ def read_engine_config(engine: str, path: Path | None, launch: Launch | None = N
         for field, key in (("prompt_key", "data.prompt_key"), ("answer_key", "data.answer_key"),
                            ("image_key", "data.image_key")):
             put(field, key, _typed(key, dotted(data, key), str, "a column"))
+        put("image_dir", "data.image_dir", _path(path, _typed("data.image_dir", dotted(data, "data.image_dir"), str,
+                                                               "a directory")))
         put("format_prompt", "data.format_prompt",
             _path(path, _typed("data.format_prompt", dotted(data, "data.format_prompt"), str, "a file path")))
         put("template", "data.override_chat_template",

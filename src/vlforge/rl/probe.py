@@ -97,6 +97,8 @@ class Sampled:
 
 
 def _images(row: Any) -> list:
+    """The row's images as RGB, from the forms the engines' datasets hold: an image, bytes, a path or ``file://``
+    URL, or a dict of them (``{"bytes"}``, ``{"path"}``, verl's and qwen-vl-utils' ``{"image": ...}``)."""
     from io import BytesIO
 
     from PIL import Image
@@ -104,8 +106,15 @@ def _images(row: Any) -> list:
     out = []
     for item in row.images:
         if isinstance(item, dict):
-            data, path = item.get("bytes"), item.get("path")
-            item = BytesIO(data) if data else path
+            given = next((item[key] for key in ("bytes", "image", "path") if item.get(key)), None)
+            if given is None:
+                raise ConfigError(f"prompt {row.index}: an image {{{', '.join(map(str, item))}}} holds no bytes, "
+                                  "image or path")
+            item = BytesIO(given) if isinstance(given, (bytes, bytearray)) else given
+        if isinstance(item, str):
+            if item.startswith(("http://", "https://")):
+                raise ConfigError(f"prompt {row.index}: image {item}: vlforge reads no network; use a local copy")
+            item = item.removeprefix("file://")
         if isinstance(item, (str, BytesIO)) or hasattr(item, "read"):
             try:
                 image = Image.open(item)
@@ -113,6 +122,8 @@ def _images(row: Any) -> list:
             except (OSError, ValueError, Image.DecompressionBombError) as error:
                 raise ConfigError(f"prompt {row.index}: cannot read its image ({error})") from None
             item = image
+        if not hasattr(item, "convert"):
+            raise ConfigError(f"prompt {row.index}: an image of type {type(item).__name__} is not one vlforge reads")
         out.append(item.convert("RGB"))
     return out
 
@@ -261,7 +272,8 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
                      "GRPO needs a group of several completions per prompt")
     new_tokens = max_new_tokens or spec.max_new_tokens or engine(spec.engine).response_length or DEFAULT_NEW_TOKENS
     rows = read_prompts(spec.prompts, engine=spec.engine, prompt_key=spec.prompt_key, answer_key=spec.answer_key,
-                        image_key=spec.image_key, format_prompt=spec.format_prompt, limit=max_prompts)
+                        image_key=spec.image_key, format_prompt=spec.format_prompt, image_dir=spec.image_dir,
+                        limit=max_prompts)
     reward, patterns = reward_patterns(spec)
     if spec.format_regex is not None:
         score = regex_scorer(spec.format_regex)

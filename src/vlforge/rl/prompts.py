@@ -168,7 +168,7 @@ def _with_image_parts(messages: list[dict], count: int) -> list[dict]:
 
 
 def read_prompts(path: Path, *, engine: str, prompt_key: str | None = None, answer_key: str | None = None,
-                 image_key: str | None = None, format_prompt: str | None = None,
+                 image_key: str | None = None, format_prompt: str | None = None, image_dir: Path | None = None,
                  limit: int | None = None) -> list[PromptRow]:
     """The first ``limit`` rows of ``path`` as :class:`PromptRow` s, built the way ``engine`` builds them."""
     key = prompt_key or PROMPT_KEYS[engine]
@@ -197,8 +197,15 @@ def read_prompts(path: Path, *, engine: str, prompt_key: str | None = None, answ
                 messages = _with_image_parts(messages, len(images))
         else:
             images = list(raw.get(image_key) or []) if engine in ("verl", "easyr1") else []
+            if images and image_dir is not None:  # EasyR1's data.image_dir: the root of relative image paths
+                images = [str(Path(image_dir) / image) if isinstance(image, str) else image for image in images]
             if images:
                 messages = _with_media_parts(messages, "<image>")
+                placed = sum(isinstance(m["content"], list) and sum(p.get("type") == "image" for p in m["content"])
+                             for m in messages)
+                if placed != len(images):
+                    raise DataError(f"{path}: row {index}: {len(images)} image(s) but {placed} <image> placeholder(s) "
+                                    f"in its prompt ({engine} puts each image at an <image> of the text)")
         reward_model = raw.get("reward_model")
         answer = (reward_model.get("ground_truth") if engine == "verl" and isinstance(reward_model, dict)
                   else raw.get(answer_key) if answer_key else None)

@@ -63,6 +63,8 @@ class RunSpec(StrictModel):
     prompt_key: str | None = None
     answer_key: str | None = None
     image_key: str | None = None
+    image_dir: Path | None = None
+    """EasyR1's ``data.image_dir``: the root of the rows' relative image paths."""
     reward_file: Path | None = None
     reward_function: str | None = None
     reward_kwargs: dict[str, Any] = Field(default_factory=dict)
