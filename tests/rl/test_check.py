@@ -62,6 +62,20 @@ def test_verl_own_config_and_geo3k_scorer(base, verl_parquet, verl_site, tmp_pat
     assert code == 0, stdout
 
 
+def test_verls_older_top_level_reward_key_is_checked_with_a_note(tiny_checkpoint, tmp_path) -> None:
+    """`custom_reward_function.path=...` of older verl scripts: verl 0.9.1's main_ppo no longer reads it."""
+    (tmp_path / "r.py").write_text("import re\n\ndef compute_score(data_source, solution_str, ground_truth, "
+                                   "extra_info=None):\n    return float(bool(re.search(r'<think>.*</think>', "
+                                   "solution_str)))\n")
+    (tmp_path / "v.yaml").write_text(yaml.safe_dump({
+        "actor_rollout_ref": {"model": {"path": str(tiny_checkpoint("qwen3_vl"))}},
+        "custom_reward_function": {"path": str(tmp_path / "r.py"), "name": "compute_score"}}))
+    code, stdout, _ = invoke("rl", "check", "--engine", "verl", "--config", tmp_path / "v.yaml", "--json")
+    report = json.loads(stdout)
+    assert report["sources"]["reward_file"] == "v.yaml:custom_reward_function.path", report["sources"]
+    assert any("verl's older key" in note and "reward.custom_reward_function" in note for note in report["notes"])
+
+
 def test_special_tags_stripped_by_the_decode(special_think, tmp_path) -> None:
     regex = ["--format-regex", "^<think>.*</think>"]
     code, stdout, _ = invoke("rl", "check", "--model", special_think, "--engine", "verl", *regex,

@@ -176,6 +176,10 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
 
     problems: list[Problem] = []
     notes = list(audit.notes)
+    if spec.sources.get("reward_file", "").partition(":")[2] == "custom_reward_function.path":
+        notes.append("custom_reward_function (top level) is verl's older key: verl 0.9.1's main_ppo reads "
+                     "reward.custom_reward_function only and scores with default_compute_score when that is unset "
+                     "(its fully-async trainer moves the old key over); set reward.custom_reward_function.path / .name")
     if text_prompt is not None:
         notes.append(f"TRL passes text prompts as they are (no chat template, so no template pre-fill): {spec.prompts}'s "
                      f"first prompt ends {text_prompt.rstrip()[-40:]!r}")
