@@ -76,6 +76,23 @@ def test_verls_older_top_level_reward_key_is_checked_with_a_note(tiny_checkpoint
     assert any("verl's older key" in note and "reward.custom_reward_function" in note for note in report["notes"])
 
 
+def test_a_rewrite_says_when_the_train_files_prompts_still_ask_for_the_old_tags(base, tmp_path) -> None:
+    """verl's geo3k prompts end "... MUST BE enclosed within <think> </think> tags": the rewrite changes the reward
+    and template, so the report says the data still asks for the untrained tags."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    ask = "2+2? You FIRST think about the reasoning process as an internal monologue enclosed within <think> </think>"
+    pq.write_table(pa.Table.from_pylist([{"prompt": [{"role": "user", "content": ask}]},
+                                         {"prompt": [{"role": "user", "content": "3+5?"}]}]), tmp_path / "t.parquet")
+    code, stdout, _ = invoke("rl", "check", "--engine", "verl", "--model", base, "--format-regex",
+                             "<think>.*</think>", "--prompts", tmp_path / "t.parquet", "--rewrite-out", tmp_path / "fix",
+                             "--json")
+    report = json.loads(stdout)
+    assert code == 3 and (tmp_path / "fix" / "format_regex.txt").is_file()
+    assert f"{tmp_path / 't.parquet'}: 1 of its first 2 prompts still ask for <think>,</think>" in report["notes"][-1]
+
+
 def test_special_tags_stripped_by_the_decode(special_think, tmp_path) -> None:
     regex = ["--format-regex", "^<think>.*</think>"]
     code, stdout, _ = invoke("rl", "check", "--model", special_think, "--engine", "verl", *regex,

@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 from pathlib import Path
 from typing import Any, Literal
@@ -135,6 +136,23 @@ def _trl_text_prompt(spec: RunSpec) -> str | None:
     return None if row.conversational else row.messages[0]["content"]
 
 
+def _prompts_asking_for(spec: RunSpec, tags: list[str], rows: int = 200) -> str | None:
+    """A note when the run's local train file still names ``tags`` in its prompts (verl's geo3k prompts ask for
+    "<think> </think> tags"): the rewrite changes the reward and template, never the data."""
+    if not tags or spec.prompts is None or not spec.prompts.is_file():
+        return None
+    from vlforge.rl.prompts import read_prompts
+
+    read = read_prompts(spec.prompts, engine=spec.engine, prompt_key=spec.prompt_key, limit=rows)
+    texts = [json.dumps(row.messages, ensure_ascii=False) for row in read]
+    hits = [tag for tag in tags if any(tag in text for text in texts)]
+    if not hits:
+        return None
+    count = sum(any(tag in text for tag in hits) for text in texts)
+    return (f"{spec.prompts}: {count} of its first {len(read)} prompts still ask for {_tags_text(hits)}: the rewrite "
+            "changes the reward, template and format prompt, not the data; rewrite those prompts too")
+
+
 def _tags_text(tags: list[str]) -> str:
     return ",".join(tags)
 
@@ -253,6 +271,9 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
             rewrite_out, spec, tok_dir=Path(tok_dir), template_text=template_text,
             mapping={k: v for k, v in mapping.items() if k in untrained + template_untrained},
             optional=optional if record.reward_sees == "completion" else [], non_special=stripped)
+        asking = _prompts_asking_for(spec, [k for k in mapping if k in untrained + template_untrained])
+        if report.rewrites and asking:
+            report.notes.append(asking)
         if not report.rewrites:
             report.notes.append(f"--rewrite-out {rewrite_out}: nothing written: " + (
                 "no problem a rewrite of the files fixes (see each problem's fix)" if problems
