@@ -72,7 +72,7 @@ def test_verls_older_top_level_reward_key_is_checked_with_a_note(tiny_checkpoint
         "custom_reward_function": {"path": str(tmp_path / "r.py"), "name": "compute_score"}}))
     code, stdout, _ = invoke("rl", "check", "--engine", "verl", "--config", tmp_path / "v.yaml", "--json")
     report = json.loads(stdout)
-    assert report["sources"]["reward_file"] == "v.yaml:custom_reward_function.path", report["sources"]
+    assert code == 0 and report["sources"]["reward_file"] == "v.yaml:custom_reward_function.path", report["sources"]
     assert any("verl's older key" in note and "reward.custom_reward_function" in note for note in report["notes"])
 
 

@@ -81,3 +81,13 @@ def test_easyr1s_reward_type_key_wins_over_the_files_constant(tmp_path):
     info = inspect_reward(tmp_path / "seq.py", "compute_score")
     assert load_scorer("easyr1", info).reward_type == "batch"
     assert load_scorer("easyr1", info, reward_type="sequential").reward_type == "sequential"
+
+
+def test_an_async_verl_reward_is_awaited(tmp_path):
+    """verl 0.9.1 awaits an `async def compute_score`; the probe's scorer calls it to completion."""
+    from vlforge.rl.rewards import load_scorer
+
+    (tmp_path / "a.py").write_text("async def compute_score(data_source, solution_str, ground_truth, extra_info=None):"
+                                   "\n    return float(solution_str == ground_truth)\n")
+    scorer = load_scorer("verl", inspect_reward(tmp_path / "a.py", "compute_score"))
+    assert scorer.fn(data_source="d", solution_str="4", ground_truth="4") == 1.0

@@ -433,12 +433,24 @@ class Scorer:
         return out
 
 
+def _awaited(fn: Callable) -> Callable:
+    """``fn`` (a coroutine function) called to completion."""
+    import asyncio
+    import functools
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return asyncio.run(fn(*args, **kwargs))
+
+    return call
+
+
 def load_scorer(engine: str, info: RewardInfo, *, kwargs: dict | None = None,
                 extra_paths: list[Path] | None = None, reward_type: str | None = None) -> Scorer:
     """Run the reward file and wrap its function for ``engine``; ``reward_type`` (EasyR1's config key) over the
     file's ``REWARD_TYPE``, else batch."""
     fn, module = _load_function(info.file, info.function, list(extra_paths or []))
-    if inspect.iscoroutinefunction(fn):
-        raise ConfigError(f"{info.file}:{info.function} is async; vlforge calls reward functions synchronously")
+    if inspect.iscoroutinefunction(fn):  # verl awaits an async compute_score: one event loop per call here
+        fn = _awaited(fn)
     reward_type = reward_type or str(getattr(module, "REWARD_TYPE", "batch"))
     return Scorer(engine=engine, fn=fn, info=info, kwargs=dict(kwargs or {}), reward_type=reward_type)
