@@ -133,33 +133,33 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         atexit.register(warmstart.quiet_frozen_nanobind)
 
 
-_SESSION_DIRS: set[Path] = set()
-"""Directories of the base temp dir that session-scoped fixtures made: they outlive every module."""
+_MODULE_DIRS: dict[str, set[Path]] = {}
+"""Per test module: the directories of the base temp dir its module-scoped fixtures made (their training runs and
+checkpoints, up to 0.8 GB each). Session fixtures' directories are never among them: they outlive every module."""
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_fixture_setup(fixturedef: pytest.FixtureDef, request: pytest.FixtureRequest):
-    if fixturedef.scope != "session" or fixturedef.argname in ("tmp_path_factory", "tmpdir_factory"):
+    if fixturedef.scope != "module":
         return (yield)
     base = request.getfixturevalue("tmp_path_factory").getbasetemp()
     before = set(base.iterdir())
     try:
         return (yield)
     finally:
-        _SESSION_DIRS.update(set(base.iterdir()) - before)
+        _MODULE_DIRS.setdefault(request.node.nodeid, set()).update(set(base.iterdir()) - before)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _module_temp_dirs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
-    """A module's own temp dirs (its module fixtures' training runs and checkpoints: up to 0.8 GB each) are
-    removed when its last test ends and none failed, as the ``tmp_path_retention_policy = "failed"`` does for a
-    test's ``tmp_path``: the suite's disk peak is one module per worker, not the whole run's (4-5 GB)."""
-    base = tmp_path_factory.getbasetemp()
-    before = set(base.iterdir())
+def _module_temp_dirs(request: pytest.FixtureRequest):
+    """A module's fixtures' temp dirs are removed when its last test ends and none failed, as the
+    ``tmp_path_retention_policy = "failed"`` does for a test's ``tmp_path``: the suite's disk peak is one module per
+    worker, not the whole run's (4-5 GB)."""
     failed = request.session.testsfailed
     yield
+    made = _MODULE_DIRS.pop(request.node.nodeid, set())
     if request.session.testsfailed == failed:
-        for path in set(base.iterdir()) - before - _SESSION_DIRS:
+        for path in made:
             shutil.rmtree(path, ignore_errors=True)
 
 

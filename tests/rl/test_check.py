@@ -280,6 +280,7 @@ SIGNATURES = {
     "verl.py": "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n",
     "three.py": "def compute_score(x, y, z):\n    return 1.0\n",
     "none.py": "compute_score = None\n",
+    "grpo.yaml": "model_name_or_path: x\nreward_funcs: [think_format_reward]\nlearning_rate: 1.0e-6\n",
 }
 
 
@@ -296,6 +297,9 @@ SIGNATURES = {
     (["--format-regex", ""], "matches the empty string"),
 
     (["--engine", "verl", "--config", "missing.yaml"], "--config missing.yaml: not found"),
+    (["--engine", "trl", "--config", "."], "--config .: is a directory, not a config file"),
+    (["--engine", "verl", "--config", "grpo.yaml"],
+     "--config grpo.yaml: holds trl's keys (model_name_or_path, reward_funcs), none of verl's: pass --engine trl"),
     (["--format-regex", "(<think>"], "does not compile"),
     (["--reward", "nope.py:f"], "--reward nope.py: not found"),
 ])

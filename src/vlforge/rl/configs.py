@@ -135,12 +135,22 @@ def _config_file(path: Path | None, launch: Launch | None) -> tuple[Path | None,
     return launch.config, label
 
 
+_TOP_KEYS = {"verl": {"actor_rollout_ref", "critic", "reward_model", "custom_reward_function"}, "easyr1": {"worker"},
+             "trl": {"model_name_or_path", "reward_funcs", "num_generations", "dataset_name"}}
+"""Top-level keys only one engine's config holds (a config given with another --engine is refused)."""
+
+
 def read_engine_config(engine: str, path: Path | None, launch: Launch | None = None) -> dict[str, Any]:
     """The run's settings named in ``path`` and the ``launch`` command's overrides over it (keys of
     :class:`vlforge.rl.spec.RunSpec`), each with the config key it came from under ``sources`` (``FILE:key``, or
     ``launch:key`` for a value the command set)."""
     path, label = _config_file(path, launch)
     data = read_file(path, label) if path is not None else {}
+    if path is not None and isinstance(data, dict):
+        theirs = [name for name, keys in _TOP_KEYS.items() if name != engine and keys & set(data)]
+        if not _TOP_KEYS.get(engine, set()) & set(data) and theirs:
+            raise ConfigError(f"{label} {path}: holds {theirs[0]}'s keys ({', '.join(sorted(_TOP_KEYS[theirs[0]] & set(data)))}"
+                              f"), none of {engine}'s: pass --engine {theirs[0]}")
     overridden = set()
     if launch is not None:
         data, overridden = launch.apply(data), launch.keys()

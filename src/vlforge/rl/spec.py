@@ -139,7 +139,8 @@ def resolve(request: RunRequest) -> RunSpec:
         if name is None:
             raise ConfigError("--config needs --engine (verl, easyr1 or trl): the keys mean different things in each")
         if request.config is not None and not request.config.is_file():
-            raise ConfigError(f"--config {request.config}: not found")
+            raise ConfigError(f"--config {request.config}: " + ("is a directory, not a config file"
+                                                                 if request.config.is_dir() else "not found"))
         engine(name)
         from vlforge.rl.configs import read_engine_config
 
