@@ -180,7 +180,27 @@ def test_symlinked_media_inside_data_folder_are_read_where_the_link_points(make_
     with pytest.raises(SampleError, match="path_escape"):
         _process(proc, chat([{"type": "image", "image": f"coco/../../{elsewhere.name}/x.png"}]), media_dir)
 
-def test_per_video_options_override_the_settings(make_processor, media_dir):
+def test_qwen_vl_utils_per_item_keys_are_honoured_or_refused(make_processor, media_dir):
+    """Qwen's own message format (qwen-vl-utils): an image's min_pixels / max_pixels and a video's nframes,
+    max_pixels, ... apply to that item as the processor's settings would; resized_height and the like are refused
+    in one line, never ignored."""
+    proc = make_processor("qwen3_vl")
+    both = chat([{"type": "image", "image": "img0.png", "max_pixels": 32 * 32}, {"type": "image", "image": "img1.png"}])
+    sample = _process(proc, both, media_dir)
+    alone = _process(make_processor("qwen3_vl", max_pixels=32 * 32), chat([{"type": "image", "image": "img0.png"}]),
+                     media_dir)
+    plain = _process(proc, chat([{"type": "image", "image": "img1.png"}]), media_dir)
+    assert sample.image_grid_thw.tolist() == alone.image_grid_thw.tolist() + plain.image_grid_thw.tolist()
+    assert torch.equal(sample.pixel_values, torch.cat([alone.pixel_values, plain.pixel_values]))
+    ours = _process(proc, chat([{"type": "video", "video": "clip.mp4", "frame_num": 8, "video_max_pixels": 32 * 32}]),
+                    media_dir)
+    qwens = _process(proc, chat([{"type": "video", "video": "clip.mp4", "nframes": 8, "max_pixels": 32 * 32}]),
+                     media_dir)
+    assert qwens.video_grid_thw.tolist() == ours.video_grid_thw.tolist() == [[4, 2, 2]]
+    for part, key in (({"type": "image", "image": "img0.png", "resized_height": 56}, "resized_height"),
+                      ({"type": "video", "video": "clip.mp4", "video_start": 1.0}, "video_start")):
+        with pytest.raises(SampleError, match=rf"schema: {part['type']} option {key!r} of qwen-vl-utils is not read"):
+            _process(proc, chat([part]), media_dir)
     proc = make_processor("qwen3_vl", fps=2)
     base = proc.process(parse_conversation(chat([{"type": "video", "video": "clip.mp4"}]), "s", "l"), media_dir)
     assert base.video_grid_thw.tolist() == [[2, 4, 4]]  # 2 s at fps 2 -> 4 frames

@@ -115,11 +115,11 @@ class QwenVLProcessor:
         for part in conv.media:
             media = resolve_media(part.ref, data_folder, allow_path_escape=allow_path_escape, **where)
             if part.kind == "image":
-                images.append(load_image(media, **where))
+                images.append((load_image(media, **where), self._item_settings(part.options, conv, "image")))
                 texts.append(("image", len(images) - 1))
                 layouts.append(None)
                 continue
-            video_settings = self._video_settings(part.options, conv)
+            video_settings = self._item_settings(part.options, conv, "video")
             video = decode_video(media, video_settings, **where)
             tensors = process_video_frames(video.frames, video_settings)
             t, h, w = tensors["video_grid_thw"][0].tolist()
@@ -130,8 +130,11 @@ class QwenVLProcessor:
             layouts.append(VideoLayout(frame_timestamps(video.indices, video.video_fps, s.temporal_patch_size),
                                        per_frame))
         out: dict[str, Any] = {}
-        if images:
-            out.update(process_images(images, s))
+        if images and all(settings is s for _image, settings in images):
+            out.update(process_images([image for image, _settings in images], s))
+        elif images:  # an image with its own pixel bounds: each processed with its settings, in order
+            done = [process_images([image], settings) for image, settings in images]
+            out.update({key: torch.cat([d[key] for d in done]) for key in ("pixel_values", "image_grid_thw")})
         if video_out:
             for key in ("pixel_values_videos", "video_grid_thw", "second_per_grid_ts"):
                 out[key] = torch.cat([v[key] for v in video_out])
@@ -146,8 +149,9 @@ class QwenVLProcessor:
                 rendered.append(value)
         return rendered, out, layouts
 
-    def _video_settings(self, options: dict[str, Any], conv: Conversation) -> VisionSettings:
-        """The settings with a video item's own ``fps`` / ``frame_num`` / ``video_*`` options, validated."""
+    def _item_settings(self, options: dict[str, Any], conv: Conversation, kind: str) -> VisionSettings:
+        """The settings with an item's own options (an image's ``min_pixels`` / ``max_pixels``, a video's ``fps`` /
+        ``frame_num`` / ``video_*``), validated."""
         if not options:
             return self.settings
         overrides = dict(options)
@@ -160,7 +164,7 @@ class QwenVLProcessor:
         except ValidationError as exc:
             first = exc.errors()[0]
             raise SampleError("schema", conv.source, conv.location,
-                              f"video option {'.'.join(map(str, first['loc'])) or ''}: {first['msg']}") from None
+                              f"{kind} option {'.'.join(map(str, first['loc'])) or ''}: {first['msg']}") from None
 
     def _video_text(self, indices: list[int], video_fps: float, grid_t: int, per_frame: int) -> str:
         """Placeholder text of one video, as the family's HF processor writes it."""

@@ -33,6 +33,14 @@ from vlforge.data.errors import SampleError
 from vlforge.data.layouts import RecordFormat, audio_key, detect, pool, turns_of
 
 VIDEO_OPTION_KEYS = ("fps", "frame_num", "video_max_frames", "video_max_pixels", "video_min_pixels")
+IMAGE_OPTION_KEYS = ("min_pixels", "max_pixels")
+"""A content part's own image settings (qwen-vl-utils' names, the processor's too)."""
+QWEN_VIDEO_KEYS = {"nframes": "frame_num", "min_frames": "video_min_frames", "max_frames": "video_max_frames",
+                   "min_pixels": "video_min_pixels", "max_pixels": "video_max_pixels",
+                   "total_pixels": "video_total_pixels"}
+"""qwen-vl-utils' names of a video part's options, and the setting each one is."""
+QWEN_UNREAD_KEYS = ("resized_height", "resized_width", "video_start", "video_end", "min_frames_ratio")
+"""qwen-vl-utils options vlforge does not apply: refused in one line, never ignored."""
 _PLACEHOLDER = re.compile(r"<(image|video)>")
 _IN_TEXT = "<placeholder>"
 """Option key marking a media part cut from text (``<image>``), dropped when the part is filled."""
@@ -101,7 +109,13 @@ def _part(raw: Any, fail) -> TextPart | MediaPart:
         return TextPart(raw["text"])
     if kind in ("image", "image_url", "video", "video_url"):
         base = kind.removesuffix("_url")
-        options = {k: raw[k] for k in VIDEO_OPTION_KEYS if k in raw} if base == "video" else {}
+        if unread := next((key for key in QWEN_UNREAD_KEYS if key in raw), None):
+            fail(f"{base} option {unread!r} of qwen-vl-utils is not read by vlforge (give min_pixels / max_pixels"
+                 + (", fps or nframes" if base == "video" else "") + ")")
+        if base == "video":
+            options = {QWEN_VIDEO_KEYS.get(k, k): raw[k] for k in (*VIDEO_OPTION_KEYS, *QWEN_VIDEO_KEYS) if k in raw}
+        else:
+            options = {k: raw[k] for k in IMAGE_OPTION_KEYS if k in raw}
         part = MediaPart(base, _reference(raw, kind), options)
         if part.ref is None and isinstance(raw.get("index"), int):
             part.options["index"] = raw["index"]  # TRL's parts name the image they take: checked when filled
