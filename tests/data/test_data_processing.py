@@ -180,7 +180,25 @@ def test_symlinked_media_inside_data_folder_are_read_where_the_link_points(make_
     with pytest.raises(SampleError, match="path_escape"):
         _process(proc, chat([{"type": "image", "image": f"coco/../../{elsewhere.name}/x.png"}]), media_dir)
 
-def test_qwen_vl_utils_per_item_keys_are_honoured_or_refused(make_processor, media_dir):
+@pytest.mark.parametrize("family", ["qwen3_vl", "qwen2_vl"])
+def test_openai_weight_zero_turns_are_context_and_developer_is_the_system_role(make_processor, tokenizer, media_dir,
+                                                                               family):
+    """OpenAI's fine-tuning format: an assistant message with "weight": 0 is shown, not trained; "developer" is
+    its newer name of the system role."""
+    turns = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+             {"role": "assistant", "content": "BAD REPLY", "weight": 0}, {"role": "user", "content": "Again"},
+             {"role": "assistant", "content": "Good reply", "weight": 1}]
+    proc = make_processor(family)
+    sample = _process(proc, {"messages": turns}, media_dir)
+    trained = proc.tokenizer.decode(sample.labels[sample.labels != IGNORE_INDEX])
+    assert "Good reply" in trained and "BAD" not in trained
+    assert "Be brief." in proc.tokenizer.decode(sample.input_ids) and "BAD REPLY" in proc.tokenizer.decode(
+        sample.input_ids)
+    only = [*turns[:2], {"role": "assistant", "content": "x", "weight": 0}]
+    with pytest.raises(SampleError, match="no_labels"):
+        _process(proc, {"messages": only}, media_dir)
+    with pytest.raises(SampleError, match="message 2 has weight 0.5; expected 0 or 1"):
+        _process(proc, {"messages": [*turns[:2], {"role": "assistant", "content": "x", "weight": 0.5}]}, media_dir)
     """Qwen's own message format (qwen-vl-utils): an image's min_pixels / max_pixels and a video's nframes,
     max_pixels, ... apply to that item as the processor's settings would; resized_height and the like are refused
     in one line, never ignored."""

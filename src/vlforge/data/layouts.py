@@ -45,7 +45,7 @@ PAIR_KEYS = ("texts",)
 """Keys that hold ``{user, assistant}`` exchanges (layout ``pairs``) when ``columns.messages`` is not given."""
 PAIR_TAGS = ("user", "assistant")
 """An exchange's keys in layout ``pairs`` (``tags.user_tag`` / ``tags.assistant_tag`` rename them)."""
-ROLE_NAMES = {"user": ("user", "human"), "assistant": ("assistant", "gpt", "model"), "system": ("system",)}
+ROLE_NAMES = {"user": ("user", "human"), "assistant": ("assistant", "gpt", "model"), "system": ("system", "developer")}
 """Role names accepted when ``tags`` does not name one (``tags.user_tag`` etc. replace a role's names)."""
 ALPACA_DEFAULTS = {"prompt": "instruction", "query": "input", "response": "output", "history": "history"}
 """The keys of an ``alpaca`` record (``columns.prompt`` / ``query`` / ``response`` / ``history`` rename them)."""

@@ -90,7 +90,7 @@ def encode_lmms(tokenizer: Any, conv: Conversation, media_texts: list[str], layo
     for message in conv.messages:
         ids = _tokenize(tokenizer, _message_pieces(message.role, message.parts, media_iter, layout_iter, timestamps))
         input_ids += ids
-        if message.role == "assistant":
+        if message.role == "assistant" and message.trained:
             labels += [IGNORE_INDEX] * min(HEADER_TOKENS, len(ids)) + ids[HEADER_TOKENS:]
         else:
             labels += [IGNORE_INDEX] * len(ids)

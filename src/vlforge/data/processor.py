@@ -194,10 +194,10 @@ class QwenVLProcessor:
                 spans.append((len(text), len(text) + len(header)))
             text += header + "\n"
             body = "".join(p.text if isinstance(p, TextPart) else next(media_iter) for p in message.parts)
-            if message.role == "assistant":
+            if message.role == "assistant" and message.trained:
                 spans.append((len(text), len(text) + len(body)))
             text += body
-            after_assistant = message.role == "assistant"
+            after_assistant = message.role == "assistant" and message.trained
         if after_assistant:
             spans.append((len(text), len(text) + len("<|endoftext|>")))
             text += "<|endoftext|>"
@@ -228,7 +228,7 @@ class QwenVLProcessor:
             if self.timestamps and message.role == "assistant" and index < last_user and "</think>" in body:
                 body = body.split("</think>")[-1].lstrip("\n")  # Qwen3: earlier turns lose their reasoning
             if message.role == "assistant":
-                add(body + "<|im_end|>", trained=True)
+                add(body + "<|im_end|>", trained=message.trained)
                 add("\n")
             else:
                 add(body + "<|im_end|>\n")

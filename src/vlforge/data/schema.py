@@ -64,6 +64,8 @@ class MediaPart:
 class Message:
     role: str
     parts: list[TextPart | MediaPart]
+    trained: bool = True
+    """False for an assistant turn given as context only (OpenAI's ``"weight": 0``)."""
 
 
 @dataclass
@@ -272,7 +274,11 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
             fail(f"message {i} has {fmt.role_tag} {name!r}; expected one of {', '.join(fmt.roles)}")
         if fmt.content_tag not in raw:
             fail(f"message {i} has no {fmt.content_tag!r} key; expected {fmt.expected()}")
-        out.append(Message(role, _content(raw[fmt.content_tag], i, fail, placeholders=placeholders)))
+        weight = raw.get("weight", 1)
+        if role == "assistant" and (isinstance(weight, bool) or weight not in (0, 1)):
+            fail(f"message {i} has weight {weight!r}; expected 0 or 1 (OpenAI's: 0 shows the reply, not trained on)")
+        out.append(Message(role, _content(raw[fmt.content_tag], i, fail, placeholders=placeholders),
+                           trained=role != "assistant" or weight == 1))
     system = record.get(fmt.system) if fmt.system else None
     if system and out[0].role != "system":
         if not isinstance(system, str):
@@ -283,6 +289,6 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
     for i, message in enumerate(out):
         if message.role != "user" and any(isinstance(p, MediaPart) for p in message.parts):
             fail(f"message {i} ({message.role}) carries media; only user messages may")
-    if not any(m.role == "assistant" for m in out):
-        fail("no assistant message: nothing to learn from", "no_labels")
+    if not any(m.role == "assistant" and m.trained for m in out):
+        fail("no assistant message to train on: nothing to learn from", "no_labels")
     return Conversation(out, source, location)
