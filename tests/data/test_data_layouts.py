@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -323,7 +324,7 @@ def _texts(conv) -> list[list[str]]:
     return [[getattr(p, "text", f"[{getattr(p, 'kind', '?')}]") for p in m.parts] for m in conv.messages]
 
 
-def test_tags_in_text_are_text_in_messages_without_a_media_list():
+def test_tags_in_text_are_text_in_messages_without_a_media_list(caplog):
     """transformers' chat templates leave ``<video>`` in text alone: a chat about HTML is not a broken record."""
     html = parse_conversation(chat("What does the HTML <video> tag do? And <image>?"), "d.jsonl", "line 1")
     assert _texts(html)[0] == ["What does the HTML <video> tag do? And <image>?"]
@@ -337,6 +338,17 @@ def test_tags_in_text_are_text_in_messages_without_a_media_list():
     with pytest.raises(SampleError, match=r"1 image\(s\) in 'images' and 1 image part\(s\) that name their own file"):
         parse_conversation({**chat([{"type": "image", "image": "red.png"}, {"type": "text", "text": "c?"}]),
                             "images": ["red.png"]}, "d.jsonl", "line 5")  # the picture twice, or which?
-    with pytest.raises(SampleError, match="placeholder_mismatch"):  # LLaVA's layout: <image> is always a placeholder
-        parse_conversation({"conversations": [{"from": "human", "value": "<image>?"}, {"from": "gpt", "value": "x"}]},
-                           "l.json", "item 1")
+    # LLaVA's own loader: a row without an `image` key is text (its ShareGPT rows about HTML <video> tags), read
+    # as such with one warning per file; a row with a media key has placeholders
+    with caplog.at_level(logging.WARNING, logger="vlforge.data.schema"):
+        for n in (1, 2):
+            text = parse_conversation({"conversations": [{"from": "human", "value": "Autoplay a <video>?"},
+                                                         {"from": "gpt", "value": "Use <video autoplay>."}]},
+                                      "l.json", f"item {n}")
+    assert _texts(text)[0] == ["Autoplay a <video>?"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "l.json: records without an images/image/videos/video key read <image> / <video> in their text as text "
+        "(LLaVA's rule; first: item 1)"]
+    with pytest.raises(SampleError, match="placeholder_mismatch"):
+        parse_conversation({"conversations": [{"from": "human", "value": "<image>?"}, {"from": "gpt", "value": "x"}],
+                            "images": []}, "l.json", "item 3")

@@ -25,6 +25,8 @@ Example:
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +44,9 @@ QWEN_VIDEO_KEYS = {"nframes": "frame_num", "min_frames": "video_min_frames", "ma
 QWEN_UNREAD_KEYS = ("resized_height", "resized_width", "video_start", "video_end", "min_frames_ratio")
 """qwen-vl-utils options vlforge does not apply: refused in one line, never ignored."""
 _PLACEHOLDER = re.compile(r"<(image|video)>")
+_TEXT_TAGS_WARNED: set[str] = set()
+"""Sources already warned that their media-less records read ``<image>`` / ``<video>`` as text."""
+logger = logging.getLogger(__name__)
 _IN_TEXT = "<placeholder>"
 """Option key marking a media part cut from text (``<image>``), dropped when the part is filled."""
 
@@ -248,10 +253,16 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
             fail(f"record needs {fmt.expected()}")
     if (audio := audio_key(record)) is not None:
         fail(f"{audio!r}: audio is not supported (vlforge trains vision-language chats)")
-    # transformers' messages name their media in parts: there ``<image>`` is text unless the record has a media list;
-    # The Cauldron's exchanges are text (its readers put the images first whatever the text says)
-    placeholders = fmt.layout in ("sharegpt", "alpaca") or (
-        fmt.layout == "messages" and any(record.get(k) is not None for k in (*fmt.images, *fmt.videos)))
+    # ``<image>`` / ``<video>`` in text are placeholders when the record has a media key (LLaVA's loader, LLaMA-Factory):
+    # without one they are text (LLaVA's text-only rows, transformers' messages that name media in parts); The
+    # Cauldron's exchanges are text (its readers put the images first whatever the text says)
+    has_media = any(record.get(k) is not None for k in (*fmt.images, *fmt.videos))
+    placeholders = has_media and fmt.layout in ("sharegpt", "alpaca", "messages")
+    if not has_media and fmt.layout in ("sharegpt", "alpaca") and source not in _TEXT_TAGS_WARNED and \
+            _PLACEHOLDER.search(json.dumps(turns, ensure_ascii=False)):
+        _TEXT_TAGS_WARNED.add(source)
+        logger.warning("%s: records without an %s key read <image> / <video> in their text as text (LLaVA's rule; "
+                       "first: %s)", source, "/".join((*fmt.images, *fmt.videos)), location)
     out: list[Message] = []
     for i, raw in enumerate(turns):
         if not isinstance(raw, dict):
