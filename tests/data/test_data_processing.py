@@ -121,6 +121,8 @@ def test_text_only_positions_are_a_plain_range(make_processor, media_dir):
     (chat([{"type": "image_url", "image_url": {"url": "https://x.org/a.png"}}]), "remote_url", "no network"),
     (chat([{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}]), "schema", "base64"),
     (chat([{"type": "audio", "audio": "a.wav"}]), "schema", "unknown content type 'audio'"),
+    (chat([{"type": "video", "video": ["img0.png", "img1.png"]}]), "schema",
+     "a list of 2 references as one media item (qwen-vl-utils' video of frame images) is not read"),
     ({"messages": [{"role": "user", "content": "hi"}]}, "no_labels", "no assistant"),
     ({"messages": [{"role": "robot", "content": "hi"}]}, "schema", "role 'robot'"),
     ({"conversation": []}, "schema", "'messages'"),
@@ -180,6 +182,7 @@ def test_symlinked_media_inside_data_folder_are_read_where_the_link_points(make_
     with pytest.raises(SampleError, match="path_escape"):
         _process(proc, chat([{"type": "image", "image": f"coco/../../{elsewhere.name}/x.png"}]), media_dir)
 
+
 @pytest.mark.parametrize("family", ["qwen3_vl", "qwen2_vl"])
 def test_openai_weight_zero_turns_are_context_and_developer_is_the_system_role(make_processor, tokenizer, media_dir,
                                                                                family):
@@ -197,8 +200,11 @@ def test_openai_weight_zero_turns_are_context_and_developer_is_the_system_role(m
     only = [*turns[:2], {"role": "assistant", "content": "x", "weight": 0}]
     with pytest.raises(SampleError, match="no_labels"):
         _process(proc, {"messages": only}, media_dir)
-    with pytest.raises(SampleError, match="message 2 has weight 0.5; expected 0 or 1"):
+    with pytest.raises(SampleError, match=r"message 2 has weight 0\.5; expected 0 or 1"):
         _process(proc, {"messages": [*turns[:2], {"role": "assistant", "content": "x", "weight": 0.5}]}, media_dir)
+
+
+def test_qwen_vl_utils_per_item_keys_are_honoured_or_refused(make_processor, media_dir):
     """Qwen's own message format (qwen-vl-utils): an image's min_pixels / max_pixels and a video's nframes,
     max_pixels, ... apply to that item as the processor's settings would; resized_height and the like are refused
     in one line, never ignored."""
@@ -219,6 +225,9 @@ def test_openai_weight_zero_turns_are_context_and_developer_is_the_system_role(m
                       ({"type": "video", "video": "clip.mp4", "video_start": 1.0}, "video_start")):
         with pytest.raises(SampleError, match=rf"schema: {part['type']} option {key!r} of qwen-vl-utils is not read"):
             _process(proc, chat([part]), media_dir)
+
+
+def test_per_video_options_override_the_settings(make_processor, media_dir):
     proc = make_processor("qwen3_vl", fps=2)
     base = proc.process(parse_conversation(chat([{"type": "video", "video": "clip.mp4"}]), "s", "l"), media_dir)
     assert base.video_grid_thw.tolist() == [[2, 4, 4]]  # 2 s at fps 2 -> 4 frames

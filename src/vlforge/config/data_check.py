@@ -19,13 +19,14 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vlforge.config.problems import Problem
 from vlforge.config.schema import TrainConfig
-from vlforge.data.config import ResolvedEntry
+from vlforge.data.config import DATA_SUFFIXES, ResolvedEntry
 from vlforge.errors import ConfigError, DataError
 
 CHECK_RECORDS = 1000
@@ -42,9 +43,13 @@ def path_problem(path: Path, kind: str) -> str | None:
         '/: is a directory, not a data file'
     """
     if not path.exists():
-        return f"{path}: {'file' if kind == 'file' else 'media folder'} not found"
+        glob = kind == "file" and any(c in path.name for c in "*?[")
+        return f"{path}: {'file' if kind == 'file' else 'media folder'} not found" + (
+            " (a pattern is not expanded: one dataset entry per file)" if glob else "")
     if kind == "file" and path.is_dir():
-        return f"{path}: is a directory, not a data file"
+        shards = sum(1 for f in itertools.islice(path.rglob("*"), 10_000) if f.suffix.lower() in DATA_SUFFIXES)
+        return f"{path}: is a directory, not a data file" + (
+            f" (its {shards} data files: one dataset entry each, or a dataset YAML listing them)" if shards else "")
     if kind == "folder" and not path.is_dir():
         return f"{path}: is a file, not a media folder"
     return None

@@ -64,6 +64,9 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
             fail("schema", "media dict needs 'bytes' or 'path'")
     if isinstance(ref, (bytes, bytearray, memoryview)):
         return Media(None, bytes(ref), "<inline bytes>")
+    if isinstance(ref, (list, tuple)):
+        fail("schema", f"a list of {len(ref)} references as one media item (qwen-vl-utils' video of frame images) is "
+                       "not read: give a video file")
     if not isinstance(ref, str):
         fail("schema", f"media reference must be a string, got {type(ref).__name__}")
     scheme = _SCHEME.match(ref)
