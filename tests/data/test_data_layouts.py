@@ -324,7 +324,7 @@ def _texts(conv) -> list[list[str]]:
     return [[getattr(p, "text", f"[{getattr(p, 'kind', '?')}]") for p in m.parts] for m in conv.messages]
 
 
-def test_tags_in_text_are_text_in_messages_without_a_media_list(caplog):
+def test_tags_in_text_are_text_in_messages_without_a_media_list(caplog, monkeypatch):
     """transformers' chat templates leave ``<video>`` in text alone: a chat about HTML is not a broken record."""
     html = parse_conversation(chat("What does the HTML <video> tag do? And <image>?"), "d.jsonl", "line 1")
     assert _texts(html)[0] == ["What does the HTML <video> tag do? And <image>?"]
@@ -340,6 +340,7 @@ def test_tags_in_text_are_text_in_messages_without_a_media_list(caplog):
                             "images": ["red.png"]}, "d.jsonl", "line 5")  # the picture twice, or which?
     # LLaVA's own loader: a row without an `image` key is text (its ShareGPT rows about HTML <video> tags), read
     # as such with one warning per file; a row with a media key has placeholders
+    monkeypatch.setattr("vlforge.data.schema._TEXT_TAGS_WARNED", set())
     with caplog.at_level(logging.WARNING, logger="vlforge.data.schema"):
         for n in (1, 2):
             text = parse_conversation({"conversations": [{"from": "human", "value": "Autoplay a <video>?"},
@@ -352,3 +353,8 @@ def test_tags_in_text_are_text_in_messages_without_a_media_list(caplog):
     with pytest.raises(SampleError, match="placeholder_mismatch"):
         parse_conversation({"conversations": [{"from": "human", "value": "<image>?"}, {"from": "gpt", "value": "x"}],
                             "images": []}, "l.json", "item 3")
+    with pytest.raises(SampleError, match="placeholder_mismatch: <image> / <video> in the text and no "
+                                          "images/image/videos/video key, but a 'image_path' key: name it with "
+                                          "columns\\.images"):  # a misnamed media key is not a text-only row
+        parse_conversation({"image_path": "coco/1.jpg", "conversations": [
+            {"from": "human", "value": "<image>\nWhat?"}, {"from": "gpt", "value": "x"}]}, "l.json", "item 4")

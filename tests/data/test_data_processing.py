@@ -197,6 +197,9 @@ def test_openai_weight_zero_turns_are_context_and_developer_is_the_system_role(m
     assert "Good reply" in trained and "BAD" not in trained
     assert "Be brief." in proc.tokenizer.decode(sample.input_ids) and "BAD REPLY" in proc.tokenizer.decode(
         sample.input_ids)
+    nulls = [{**turn, "weight": None} for turn in turns[1:]]  # a parquet struct column fills absent keys with null
+    assert (_process(proc, {"messages": nulls}, media_dir).labels != IGNORE_INDEX).sum() > \
+        (sample.labels != IGNORE_INDEX).sum()
     only = [*turns[:2], {"role": "assistant", "content": "x", "weight": 0}]
     with pytest.raises(SampleError, match="no_labels"):
         _process(proc, {"messages": only}, media_dir)

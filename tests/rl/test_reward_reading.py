@@ -91,3 +91,57 @@ def test_an_async_verl_reward_is_awaited(tmp_path):
                                    "\n    return float(solution_str == ground_truth)\n")
     scorer = load_scorer("verl", inspect_reward(tmp_path / "a.py", "compute_score"))
     assert scorer.fn(data_source="d", solution_str="4", ground_truth="4") == 1.0
+
+
+GUARDED = '''import re
+
+try:
+    FMT = re.compile(r"^<think>.*?</think>\\s*<answer>.*?</answer>$")
+except re.error:
+    FMT = None
+
+REWARDS = []
+pattern = r"^<think>.*?</think>"
+
+
+def register(fn):
+    REWARDS.append(fn)
+    return fn
+
+
+@register
+def _tagged(text):
+    return re.fullmatch(r"<b>.*</b>.*", text) is not None
+
+
+def format_reward(completions, **kw):
+    return [float(FMT.match(c) is not None and re.match(pattern, c) is not None) for c in completions]
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return sum(f(solution_str) for f in REWARDS)
+
+
+def accuracy_reward(completions, **kw):
+    pattern = r"\\\\boxed\\{(.*)\\}"
+    return [float(re.search(pattern, c) is not None) for c in completions]
+
+
+def cut_by_offset(completions, **kw):
+    out = []
+    for c in completions:
+        i = c.rfind("</think>")
+        out.append(float("42" in (c[i + len("</think>"):] if i >= 0 else c)))
+    return out
+'''
+
+
+def test_what_a_reward_reaches_through_blocks_registries_and_its_own_names(tmp_path):
+    """A pattern bound inside a module-level try block; a registry a decorator fills and the reward iterates; a
+    local name shadowing a module pattern; a find result cut at through a name and len()."""
+    (tmp_path / "g.py").write_text(GUARDED)
+    assert _needed(tmp_path / "g.py", "format_reward") == [r"^<think>.*?</think>\s*<answer>.*?</answer>$",
+                                                          r"^<think>.*?</think>"]
+    assert _needed(tmp_path / "g.py", "compute_score") == [r"<b>.*</b>.*"]
+    assert _needed(tmp_path / "g.py", "accuracy_reward") == []
+    assert _needed(tmp_path / "g.py", "cut_by_offset") == []

@@ -25,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from dataclasses import dataclass, field
@@ -44,6 +43,8 @@ QWEN_VIDEO_KEYS = {"nframes": "frame_num", "min_frames": "video_min_frames", "ma
 QWEN_UNREAD_KEYS = ("resized_height", "resized_width", "video_start", "video_end", "min_frames_ratio")
 """qwen-vl-utils options vlforge does not apply: refused in one line, never ignored."""
 _PLACEHOLDER = re.compile(r"<(image|video)>")
+_MEDIA_LIKE = re.compile(r"image|img|video|picture|photo|frame", re.IGNORECASE)
+"""A record key that looks like media the placeholders were meant to take (``image_path``)."""
 _TEXT_TAGS_WARNED: set[str] = set()
 """Sources already warned that their media-less records read ``<image>`` / ``<video>`` as text."""
 logger = logging.getLogger(__name__)
@@ -129,6 +130,18 @@ def _part(raw: Any, fail) -> TextPart | MediaPart:
         return part
     fail(f"unknown content type {kind!r} (expected text, image, image_url, video, video_url)")
     raise AssertionError  # unreachable: fail raises
+
+
+def _strings(value: Any):
+    """Every string inside ``value`` (nested lists and dicts; bytes and other values skipped)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
 
 
 def _split_placeholders(text: str) -> list[TextPart | MediaPart]:
@@ -258,8 +271,12 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
     # Cauldron's exchanges are text (its readers put the images first whatever the text says)
     has_media = any(record.get(k) is not None for k in (*fmt.images, *fmt.videos))
     placeholders = has_media and fmt.layout in ("sharegpt", "alpaca", "messages")
-    if not has_media and fmt.layout in ("sharegpt", "alpaca") and source not in _TEXT_TAGS_WARNED and \
-            _PLACEHOLDER.search(json.dumps(turns, ensure_ascii=False)):
+    tagged = not has_media and fmt.layout in ("sharegpt", "alpaca", "messages") and \
+        any(_PLACEHOLDER.search(text) for text in _strings(turns))
+    if tagged and (named := next((k for k in record if k != fmt.messages and _MEDIA_LIKE.search(str(k))), None)):
+        fail(f"<image> / <video> in the text and no {'/'.join((*fmt.images, *fmt.videos))} key, but a {named!r} "
+             "key: name it with columns.images (or columns.videos) of the dataset entry", "placeholder_mismatch")
+    if tagged and fmt.layout != "messages" and source not in _TEXT_TAGS_WARNED:
         _TEXT_TAGS_WARNED.add(source)
         logger.warning("%s: records without an %s key read <image> / <video> in their text as text (LLaVA's rule; "
                        "first: %s)", source, "/".join((*fmt.images, *fmt.videos)), location)
@@ -285,7 +302,7 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
             fail(f"message {i} has {fmt.role_tag} {name!r}; expected one of {', '.join(fmt.roles)}")
         if fmt.content_tag not in raw:
             fail(f"message {i} has no {fmt.content_tag!r} key; expected {fmt.expected()}")
-        weight = raw.get("weight", 1)
+        weight = 1 if raw.get("weight") is None else raw["weight"]  # parquet structs fill absent keys with null
         if role == "assistant" and (isinstance(weight, bool) or weight not in (0, 1)):
             fail(f"message {i} has weight {weight!r}; expected 0 or 1 (OpenAI's: 0 shows the reply, not trained on)")
         out.append(Message(role, _content(raw[fmt.content_tag], i, fail, placeholders=placeholders),

@@ -108,14 +108,32 @@ def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
                 for statement in guard.body for n in ast.walk(statement)):
             return "processing"
         return "literal"
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "len":
+        return "processing"  # its length: an offset to cut at (``text[i + len("</think>"):]``)
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and node in parent.args:
         name, owner = parent.func.attr, parent.func.value
         if isinstance(owner, ast.Name) and owner.id in ("re", "regex"):
             return "regex" if name in _REGEX_TESTS else "processing" if name in _REGEX_EDITS else None
         if name in _TEXT_SEARCHES:
-            return "processing" if _in_slice(parent, parents) else "literal"
+            return "processing" if _cuts(parent, parents) else "literal"
         return "literal" if name in _TEXT_TESTS else "processing" if name in _TEXT_EDITS else None
     return None
+
+
+def _cuts(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
+    """The result of ``call`` (a ``find`` / ``index``) is a slice bound, directly or through the name it is assigned
+    to in its function (``i = s.rfind("</think>")`` ... ``s[i + 8:]``)."""
+    if _in_slice(call, parents):
+        return True
+    statement = parents.get(id(call))
+    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+            and isinstance(statement.targets[0], ast.Name)):
+        return False
+    name, scope = statement.targets[0].id, statement
+    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        scope = parents.get(id(scope))
+    return scope is not None and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                                     and _in_slice(n, parents) for n in ast.walk(scope))
 
 
 def _in_slice(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
@@ -127,29 +145,86 @@ def _in_slice(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
     return False
 
 
+def _module_bindings(tree: ast.Module) -> dict[str, list[ast.AST]]:
+    """The statements that bind each module-level name: functions, classes and assignments at the top level, also
+    inside module-level ``if`` / ``try`` / ``with`` / ``for`` blocks (``try: FMT = re.compile(...)``)."""
+    defined: dict[str, list[ast.AST]] = {}
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.setdefault(node.name, []).append(node)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name):
+                            defined.setdefault(name.id, []).append(node)
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                for key in ("body", "orelse", "finalbody"):
+                    visit(getattr(node, key, []))
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+
+    visit(tree.body)
+    return defined
+
+
+def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Names ``function`` binds itself (parameters, assignments, loop and comprehension targets, nested functions,
+    imports), less those it declares ``global``: a load of one of them is not the module's binding."""
+    names: set[str] = set()
+    declared: set[str] = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node is not function:
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Global):
+            declared.update(node.names)
+    return names - declared
+
+
 def _reachable(tree: ast.Module, start: ast.AST) -> set[int]:
     """Ids of the nodes ``start`` can run or read: its own, and those of the module-level functions, classes and
-    assignments it names, transitively (a helper, a pattern constant). Other functions of the file are not."""
-    defined: dict[str, list[ast.AST]] = {}
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defined.setdefault(node.name, []).append(node)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                for name in ast.walk(target):
-                    if isinstance(name, ast.Name):
-                        defined.setdefault(name.id, []).append(node)
+    assignments it names, transitively (a helper, a pattern constant), and the decorated functions a registry it
+    reads collects (``@register`` appending to the ``REWARDS`` it iterates). Other functions of the file are not."""
+    defined = _module_bindings(tree)
     seen: set[int] = set()
-    queue = [start]
-    while queue:
-        top = queue.pop()
-        if id(top) in seen:
-            continue
-        for node in ast.walk(top):
-            seen.add(id(node))
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                queue.extend(d for d in defined.get(node.id, []) if id(d) not in seen)
+
+    def reach(first: ast.AST) -> None:
+        queue = [first]
+        while queue:
+            top = queue.pop()
+            if id(top) in seen:
+                continue
+            own = _local_names(top) if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
+            for node in ast.walk(top):
+                seen.add(id(node))
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in own:
+                    queue.extend(d for d in defined.get(node.id, []) if id(d) not in seen)
+
+    reach(start)
+    decorated = [n for nodes in defined.values() for n in nodes
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.decorator_list]
+    grew = True
+    while grew:
+        grew = False
+        reached = {name for name, nodes in defined.items() if any(id(n) in seen for n in nodes)}
+        for function in decorated:
+            if id(function) in seen:
+                continue
+            for decorator in function.decorator_list:
+                name = decorator.func if isinstance(decorator, ast.Call) else decorator
+                bodies = defined.get(name.id, []) if isinstance(name, ast.Name) else []
+                if any(isinstance(n, ast.Name) and n.id in reached - {name.id} for body in bodies
+                       for n in ast.walk(body)):
+                    reach(function)
+                    grew = True
+                    break
     return seen
 
 
