@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from vlforge.data.config import (
+    COMPRESSED_SUFFIXES,
     DATA_SUFFIXES,
     DATASET_LIST_SUFFIXES,
     DatasetEntry,
@@ -31,6 +32,7 @@ from vlforge.data.config import (
     SourceFields,
     VideoFields,
     field_error,
+    unknown_suffix,
 )
 from vlforge.errors import did_you_mean
 from vlforge.strict import StrictModel, model_in_annotation
@@ -80,13 +82,12 @@ class DataSection(SourceFields):
                     f"dataset_format {self.dataset_format!r} reads {self.dataset_path!r} as {what}, but its suffix "
                     f"says {right}: set data.dataset_format={right} (or null: from the suffix)",
                 )
-        if self.dataset_path is not None and self.dataset_format is None:
+        if self.dataset_path is not None:
             suffix = PurePath(self.dataset_path).suffix.lower()
-            if suffix not in DATA_SUFFIXES and suffix not in DATASET_LIST_SUFFIXES:
-                raise field_error(
-                    "dataset_format",
-                    f"cannot tell the format of {self.dataset_path!r} from its suffix; set dataset_format",
-                )
+            if suffix in COMPRESSED_SUFFIXES or (self.dataset_format is None and suffix not in DATA_SUFFIXES
+                                                 and suffix not in DATASET_LIST_SUFFIXES):
+                raise field_error("dataset_path" if suffix in COMPRESSED_SUFFIXES else "dataset_format",
+                                  f"{self.dataset_path!r}: {unknown_suffix(self.dataset_path, 'dataset_format')}")
         return self
 
 

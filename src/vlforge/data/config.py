@@ -39,7 +39,8 @@ DATA_TYPES = ("json", "jsonl", "parquet", "arrow")
 DATA_SUFFIXES = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
 """File suffixes a data file may have, and the ``data_type`` each one means (a JSON file's content may override
 its suffix: :func:`infer_data_type`)."""
-_COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar")
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar")
+"""Suffixes of compressed files: never read (a data_type given for one would read its compressed bytes)."""
 _SNIFF_LINE_BYTES = 1 << 26
 DATASET_LIST_SUFFIXES = (".yaml", ".yml")
 
@@ -50,12 +51,13 @@ def field_error(field: str, message: str) -> PydanticCustomError:
     return PydanticCustomError("vlforge_field", message, {"field": field})
 
 
-def _unknown_suffix(path: str | Path) -> str:
-    """Why a data file's suffix does not say its format (a compressed file is named as such)."""
+def unknown_suffix(path: str | Path, key: str = "data_type") -> str:
+    """Why a data file's suffix does not say its format (a compressed file is named as such); ``key``: the config
+    key that names the format."""
     suffix = PurePath(path).suffix.lower()
-    if suffix in _COMPRESSED:
+    if suffix in COMPRESSED_SUFFIXES:
         return f"{suffix} files are not read: decompress it first (a .jsonl.gz to .jsonl, ...)"
-    return f"cannot tell the format from its suffix; set data_type to one of {', '.join(DATA_TYPES)}"
+    return f"cannot tell the format from its suffix; set {key} to one of {', '.join(DATA_TYPES)}"
 
 
 def infer_data_type(path: str | Path) -> str:
@@ -64,7 +66,7 @@ def infer_data_type(path: str | Path) -> str:
     Hugging Face ``datasets``' json loader reads both)."""
     kind = DATA_SUFFIXES.get(PurePath(path).suffix.lower())
     if kind is None:
-        raise DataError(f"{path}: {_unknown_suffix(path)}")
+        raise DataError(f"{path}: {unknown_suffix(path)}")
     return (_json_kind_by_content(Path(path)) or kind) if kind in ("json", "jsonl") else kind
 
 
@@ -209,8 +211,10 @@ class DatasetEntry(StrictModel):
 
     @model_validator(mode="after")
     def _known_type(self) -> DatasetEntry:
-        if self.data_type is None and PurePath(self.path).suffix.lower() not in DATA_SUFFIXES:
-            raise field_error("data_type", f"{self.path!r}: {_unknown_suffix(self.path)}")
+        suffix = PurePath(self.path).suffix.lower()
+        if suffix in COMPRESSED_SUFFIXES or (self.data_type is None and suffix not in DATA_SUFFIXES):
+            raise field_error("path" if suffix in COMPRESSED_SUFFIXES else "data_type",
+                              f"{self.path!r}: {unknown_suffix(self.path)}")
         return self
 
 
