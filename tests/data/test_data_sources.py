@@ -111,6 +111,8 @@ def test_a_json_file_is_read_as_what_it_holds(tmp_path):
         assert first.location == ("line 1" if "lines" in name or name == "bom.json" else "item 1"), name
         source.reset()
         assert len(_keys(source)) == 3, name
+    (tmp_path / "single.json").write_text(json.dumps(records[0]) + "\n")  # one record: `datasets` reads one row
+    assert len(_keys(open_source(tmp_path / "single.json"))) == 1
     (tmp_path / "object.json").write_text(json.dumps({"data": records}, indent=2))
     assert len(_keys(open_source(tmp_path / "object.json"))) == 3
     (tmp_path / "one.json").write_text(json.dumps({"data": records}) + "\n")

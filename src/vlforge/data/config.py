@@ -72,26 +72,28 @@ def infer_data_type(path: str | Path) -> str:
 
 def _json_kind_by_content(path: Path) -> str | None:
     """``json`` when the file starts with an array, ``jsonl`` when its first non-blank line is a whole JSON
-    object followed by another line starting an object; None when it cannot tell (or cannot read it)."""
+    object followed by another line starting an object, or is the file's only line and not ``{"data": [...]}``;
+    None when it cannot tell (or cannot read it)."""
     try:
         with open(path, "rb") as fh:
             lines = []
             while len(lines) < 2 and (line := fh.readline(_SNIFF_LINE_BYTES)):
-                if line.strip():
-                    lines.append(line.strip().removeprefix(b"\xef\xbb\xbf").lstrip())
+                if text := line.removeprefix(b"\xef\xbb\xbf").strip():  # a BOM, as Windows editors write
+                    lines.append(text)
     except OSError:
         return None
     if not lines:
         return None
     if lines[0].startswith(b"["):
         return "json"
-    if len(lines) == 2 and lines[0].startswith(b"{") and lines[1].startswith(b"{"):
-        try:
-            json.loads(lines[0])
-        except (ValueError, UnicodeDecodeError):
-            return None
-        return "jsonl"
-    return None
+    if not lines[0].startswith(b"{") or (len(lines) == 2 and not lines[1].startswith(b"{")):
+        return None
+    try:
+        first = json.loads(lines[0])
+    except (ValueError, UnicodeDecodeError):
+        return None
+    one_array = len(lines) == 1 and isinstance(first, dict) and isinstance(first.get("data"), list)
+    return None if one_array else "jsonl"
 
 
 LayoutName = Literal["auto", "messages", "sharegpt", "pairs", "alpaca"]

@@ -82,8 +82,12 @@ def check_prompts_file(path: Path, key: str) -> None:
 
 
 def _json_rows(path: Path, limit: int | None) -> list[dict]:
+    from vlforge.data.config import (
+        infer_data_type,  # JSON Lines named .json, an array named .jsonl: by content
+    )
+
     rows: list[dict] = []
-    if path.suffix == ".jsonl":
+    if infer_data_type(path) == "jsonl":
         with path.open() as handle:
             for number, line in enumerate(handle, 1):
                 if not line.strip():
