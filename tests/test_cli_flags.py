@@ -118,4 +118,4 @@ def test_key_value_flags_read_booleans_as_python_and_hydra_write_them() -> None:
     string 'False'; JSON values and plain text keep their meaning."""
     given = ["a=False", "b=TRUE", "c=false", "d=None", "e=null", "f=3", "g=[1, 2]", "h=False Start", "i='x'"]
     assert flags.key_values(given, "--template-var") == {
-        "a": False, "b": True, "c": False, "d": None, "e": None, "f": 3, "g": [1, 2], "h": "False Start", "i": "'x'"}
+        "a": False, "b": True, "c": False, "d": "None", "e": None, "f": 3, "g": [1, 2], "h": "False Start", "i": "'x'"}

@@ -194,12 +194,12 @@ def build(model: type[StrictModel], values: dict[str, Any]) -> Any:
         raise ConfigError(f"{where}: {message}") from None
 
 
-_WORDS = {"true": True, "false": False, "none": None, "null": None}
+_WORDS = {"true": True, "false": False, "null": None}
 
 
 def key_values(values: list[str] | None, option: str, *, numbers: bool = False) -> dict[str, Any]:
     """``KEY=VALUE`` items of a repeatable flag; values parsed as JSON where they are (``enable_thinking=false``),
-    and true / false / none / null in any case as the boolean or None (Python's ``False``, as Hydra reads it).
+    and true / false / null in any case as the boolean or None (Python's ``False`` too, as Hydra reads them).
 
     Example:
         >>> key_values(["enable_thinking=false", "name=x"], "--template-var")

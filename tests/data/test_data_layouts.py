@@ -100,6 +100,7 @@ def test_a_records_own_system_key_is_its_system_prompt_in_every_layout_of_turns(
     with pytest.raises(SampleError, match="system prompt 'system' must be a string, got dict"):
         parse_conversation({**chat, "system": {"name": "x"}}, "f", "l")
 
+
 def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
     one = parse_conversation({"image": "a.png", "conversations": [
         {"from": "system", "value": "S"}, {"from": "human", "value": "What?"}, {"from": "gpt", "value": "A."}]}, "f", "l")

@@ -122,6 +122,7 @@ def test_a_json_file_is_read_as_what_it_holds(tmp_path):
     with pytest.raises(ValidationError, match=r"\.gz files are not read"):
         DataConfig(datasets=[{"path": "train.jsonl.gz"}])
 
+
 def test_dataset_yaml_entries_resolve_relative_to_the_yaml(tmp_path):
     sub = tmp_path / "sets"
     sub.mkdir()
@@ -156,6 +157,7 @@ def test_a_linked_data_file_keeps_the_name_and_folder_it_was_given_by(tmp_path):
     [entry] = resolve_entries(DataConfig(datasets=[{"path": "snapshots/rev/train.json"}]), base_dir=tmp_path)
     assert (entry.path, entry.data_folder, entry.data_type) == (snapshot / "train.json", snapshot, "json")
     assert len(_keys(open_source(entry.path, entry.data_type))) == 2
+
 
 def test_mixture_weights_max_samples_and_epochs(tmp_path):
     write_jsonl(tmp_path / "a.jsonl", [{"messages": f"a{i}"} for i in range(400)])

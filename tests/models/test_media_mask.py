@@ -44,6 +44,7 @@ def test_a_stray_marker_in_one_packed_sample_does_not_shift_the_next_samples_vid
     stray_start = torch.tensor([[8, 2, 8, 2, 9, 2]])
     assert video_spans(stray_start, 8, 9).tolist() == [[True, True, True, True, False, False]]
 
+
 def test_single_kind_rows_get_the_stock_masks_and_mixed_rows_their_own(glm):
     inner, width = glm.model, glm.config.text_config.hidden_size
     stock = inner.get_placeholder_mask

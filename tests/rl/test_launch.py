@@ -167,7 +167,7 @@ def test_of_several_trl_reward_funcs_the_one_naming_tags_is_checked_and_a_flag_w
     assert spec.reward_function == "think_format_reward"
     assert spec.sources["reward_file"] == "launch:reward_funcs (the one of 2 that names a tag)"
     spec = resolve(RunRequest(launch=launch, reward=f"{tmp_path / 'r.py'}:fmt"))
-    assert (spec.reward_file, spec.reward_function) == (tmp_path / "r.py", "fmt")
+    assert (spec.reward_file, spec.reward_function) == (tmp_path / "r.py", "fmt") and "reward_refs" not in spec.sources
     assert resolve(RunRequest(launch=launch, format_regex="<x>")).reward_file is None
     both = [*launch[:-2], "r.fmt", "r.fmt2"]
     with pytest.raises(ConfigError, match=r"launch:reward_funcs: 2 of its functions name tags \(r.fmt, r.fmt2\); "

@@ -168,14 +168,14 @@ def resolve(request: RunRequest) -> RunSpec:
         sources["reward_kwargs"] = "flag"
 
     # the reward: a flag, the config's file:function, or TRL's reward_funcs references
-    reward_refs = found.pop("reward_refs", None)
+    reward_refs, refs_origin = found.pop("reward_refs", None), sources.pop("reward_refs", "flag")
     if request.reward is not None:
         file, function = _reward_ref(request.reward, ENGINES[name].default_function if name in ENGINES else None)
         found["reward_file"], found["reward_function"] = file, function
         sources["reward_file"] = sources["reward_function"] = "flag"
     elif reward_refs and "format_regex" not in found:
         found["reward_file"], found["reward_function"], sources["reward_file"] = _format_reward(
-            reward_refs, sources.pop("reward_refs"), [Path.cwd(), *request.reward_paths])
+            reward_refs, refs_origin, [Path.cwd(), *request.reward_paths])
     if found.get("reward_file") is not None and found.get("format_regex") is not None and request.reward is None:
         found.pop("reward_file"), found.pop("reward_function", None)  # --format-regex replaces the config's reward
     info = None
