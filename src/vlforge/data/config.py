@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Literal
@@ -418,9 +417,15 @@ def resolve_entries(config: DataConfig, base_dir: str | Path = ".") -> list[Reso
     return [resolve_entry(e, base) for e in entries]
 
 
+def _as_named(path: Path) -> Path:
+    """``path`` made absolute without following links or folding ``..`` as text (the OS resolves a ``..`` after a
+    linked folder where the link points, as it will when the file is opened)."""
+    return path if path.is_absolute() else Path.cwd() / path
+
+
 def resolve_entry(entry: DatasetEntry, base: Path) -> ResolvedEntry:
     """``entry`` with its path and data folder made absolute (relative to ``base``) and its data type decided."""
-    path = Path(os.path.abspath(base / entry.path))  # as named: a hub-cache link keeps its name and folder
-    folder = Path(os.path.abspath(base / entry.data_folder)) if entry.data_folder else path.parent
+    path = _as_named(base / entry.path)  # a hub-cache link keeps its name and folder
+    folder = _as_named(base / entry.data_folder) if entry.data_folder else path.parent
     kind = entry.data_type or infer_data_type(path)
     return ResolvedEntry(path, folder, kind, entry.weight, entry.max_samples, entry.layout, entry.columns, entry.tags)

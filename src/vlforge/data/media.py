@@ -85,8 +85,8 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
     path = Path(unquote(ref[len("file://"):])) if scheme else Path(ref).expanduser()
     if not path.is_absolute():  # inside data_folder as written: its symlinks (LLaVA's, the hub cache's) are followed
         root = Path(os.path.abspath(data_folder))
-        path = Path(os.path.abspath(root / path))
-        if not allow_path_escape and not path.is_relative_to(root):
+        path = root / path
+        if not allow_path_escape and not Path(os.path.normpath(path)).is_relative_to(root):
             fail("path_escape", f"media path {ref!r} leaves data_folder {str(root)!r} "
                                 "(set allow_path_escape to permit)")
     if not path.is_file():
