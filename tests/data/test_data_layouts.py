@@ -130,6 +130,9 @@ def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
      "placeholder_mismatch", "no user turn to put them in"),
     ({"conversations": [{"from": "human", "value": "hi"}, {"from": "bot", "value": "x"}]},
      "schema", "message 1 has from 'bot'; expected one of user, human, assistant, gpt, model, system"),
+    ({"conversations": [{"from": "human", "value": "Weather?"}, {"from": "function_call", "value": "{}"}]},
+     "schema", "has from 'function_call'; expected one of user, human, assistant, gpt, model, system, developer "
+     "(tool-call turns are not trained by vlforge)"),
     ({"conversations": [{"speaker": "human", "text": "hi"}]}, "schema", "neither a 'role'"),
     ({"conversations": [{"from": "human"}, {"from": "gpt", "value": "x"}]}, "schema", "message 0 has no 'value' key"),
     ({"audios": ["a.wav"], "messages": [{"role": "user", "content": "<audio>?"}, {"role": "assistant", "content": "x"}]},

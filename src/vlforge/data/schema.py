@@ -43,6 +43,8 @@ QWEN_VIDEO_KEYS = {"nframes": "frame_num", "min_frames": "video_min_frames", "ma
 QWEN_UNREAD_KEYS = ("resized_height", "resized_width", "video_start", "video_end", "min_frames_ratio")
 """qwen-vl-utils options vlforge does not apply: refused in one line, never ignored."""
 _PLACEHOLDER = re.compile(r"<(image|video)>")
+_TOOL_ROLES = frozenset({"function_call", "observation", "tool", "function", "ipython", "tool_call", "tool_response"})
+"""Role names of tool-call turns (LLaMA-Factory's, OpenAI's, Llama's): refused with that reason."""
 _MEDIA_LIKE = re.compile(r"image|img|video|picture|photo|frame", re.IGNORECASE)
 """A record key that looks like media the placeholders were meant to take (``image_path``)."""
 _TEXT_TAGS_WARNED: set[str] = set()
@@ -299,7 +301,8 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
         if role is None:
             if fmt.role_tag not in raw:
                 fail(f"message {i} has no {fmt.role_tag!r} key; expected {fmt.expected()}")
-            fail(f"message {i} has {fmt.role_tag} {name!r}; expected one of {', '.join(fmt.roles)}")
+            tool = " (tool-call turns are not trained by vlforge)" if name in _TOOL_ROLES else ""
+            fail(f"message {i} has {fmt.role_tag} {name!r}; expected one of {', '.join(fmt.roles)}{tool}")
         if fmt.content_tag not in raw:
             fail(f"message {i} has no {fmt.content_tag!r} key; expected {fmt.expected()}")
         weight = 1 if raw.get("weight") is None else raw["weight"]  # parquet structs fill absent keys with null
