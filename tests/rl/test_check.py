@@ -281,6 +281,8 @@ SIGNATURES = {
     "three.py": "def compute_score(x, y, z):\n    return 1.0\n",
     "none.py": "compute_score = None\n",
     "grpo.yaml": "model_name_or_path: x\nreward_funcs: [think_format_reward]\nlearning_rate: 1.0e-6\n",
+    "e.yaml": "data:\n  format_prompt: '{{ content }} Think in <think> </think> tags.'\nworker:\n  reward:\n"
+              "    reward_function: verl.py:compute_score\n",
 }
 
 
@@ -298,6 +300,8 @@ SIGNATURES = {
 
     (["--engine", "verl", "--config", "missing.yaml"], "--config missing.yaml: not found"),
     (["--engine", "trl", "--config", "."], "--config .: is a directory, not a config file"),
+    (["--engine", "easyr1", "--config", "e.yaml"], "--format-prompt '{{ content }} Think in <think> </think> '..."
+     ": is template text, not a file (the engine reads this key as a file path) (from e.yaml:data.format_prompt)"),
     (["--engine", "verl", "--config", "grpo.yaml"],
      "--config grpo.yaml: holds trl's keys (model_name_or_path, reward_funcs), none of verl's: pass --engine trl"),
     (["--format-regex", "(<think>"], "does not compile"),

@@ -217,7 +217,10 @@ def resolve(request: RunRequest) -> RunSpec:
     for key in ("template", "format_prompt"):
         path = found.get(key)
         if path is not None and not Path(path).is_file():
-            raise ConfigError(f"--{key.replace('_', '-')} {path}: not found"
+            text = "{{" in str(path) or "\n" in str(path)  # a template's text where its file is expected
+            shown = f"{str(path)[:40]!r}...: is template text, not a file (the engine reads this key as a file path)" \
+                if text else f"{path}: not found"
+            raise ConfigError(f"--{key.replace('_', '-')} {shown}"
                               + (f" (from {sources[key]})" if sources.get(key, "flag") != "flag" else ""))
     if found.get("format_prompt") is not None:
         found["format_prompt"] = Path(found["format_prompt"]).read_text()
