@@ -357,6 +357,9 @@ def test_tags_in_text_are_text_in_messages_without_a_media_list(caplog, monkeypa
     with pytest.raises(SampleError, match="placeholder_mismatch"):
         parse_conversation({"conversations": [{"from": "human", "value": "<image>?"}, {"from": "gpt", "value": "x"}],
                             "images": []}, "l.json", "item 3")
+    null_struct = parse_conversation({"image": {"bytes": None, "path": None}, "conversations": [
+        {"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo"}]}, "ov.parquet", "row 2")  # an Image column
+    assert _parts(null_struct) == [("user", ["Hi"]), ("assistant", ["Yo"])]
     with pytest.raises(SampleError, match="placeholder_mismatch: <image> / <video> in the text and no "
                                           "images/image/videos/video key, but a 'image_path' key: name it with "
                                           "columns\\.images"):  # a misnamed media key is not a text-only row

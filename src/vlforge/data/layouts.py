@@ -270,10 +270,15 @@ def pool(record: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, list[Any]]
     """
     for key in keys:
         value = record.get(key)
-        if value is None or (isinstance(value, (list, tuple)) and not value):
+        if absent(value) or (isinstance(value, (list, tuple)) and not value):
             continue
         return key, list(value) if isinstance(value, (list, tuple)) else [value]
     return keys[0], []
+
+
+def absent(value: Any) -> bool:
+    """No media: None, or a struct whose fields are all null (a parquet ``Image`` column's text-only row)."""
+    return value is None or (isinstance(value, dict) and bool(value) and all(v is None for v in value.values()))
 
 
 def audio_key(record: dict[str, Any]) -> str | None:

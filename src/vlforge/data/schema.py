@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlforge.data.errors import SampleError
-from vlforge.data.layouts import RecordFormat, audio_key, detect, pool, turns_of
+from vlforge.data.layouts import RecordFormat, absent, audio_key, detect, pool, turns_of
 
 VIDEO_OPTION_KEYS = ("fps", "frame_num", "video_max_frames", "video_max_pixels", "video_min_pixels")
 IMAGE_OPTION_KEYS = ("min_pixels", "max_pixels")
@@ -271,7 +271,7 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
     # ``<image>`` / ``<video>`` in text are placeholders when the record has a media key (LLaVA's loader, LLaMA-Factory):
     # without one they are text (LLaVA's text-only rows, transformers' messages that name media in parts); The
     # Cauldron's exchanges are text (its readers put the images first whatever the text says)
-    has_media = any(record.get(k) is not None for k in (*fmt.images, *fmt.videos))
+    has_media = any(not absent(record.get(k)) for k in (*fmt.images, *fmt.videos))
     placeholders = has_media and fmt.layout in ("sharegpt", "alpaca", "messages")
     tagged = not has_media and fmt.layout in ("sharegpt", "alpaca", "messages") and \
         any(_PLACEHOLDER.search(text) for text in _strings(turns))
