@@ -39,8 +39,12 @@ def path_problem(path: Path, kind: str) -> str | None:
     """What is wrong with ``path`` as a ``kind`` ("file" or "folder"), or None.
 
     Example:
-        >>> path_problem(Path("/"), "file")
-        '/: is a directory, not a data file'
+        >>> import tempfile
+        >>> empty = Path(tempfile.mkdtemp())
+        >>> path_problem(empty, "file") == f"{empty}: is a directory, not a data file"
+        True
+        >>> path_problem(Path("shards/train-*.parquet"), "file")
+        'shards/train-*.parquet: file not found (a pattern is not expanded: one dataset entry per file)'
     """
     if not path.exists():
         glob = kind == "file" and any(c in path.name for c in "*?[")
