@@ -123,6 +123,37 @@ def test_a_json_file_is_read_as_what_it_holds(tmp_path):
         DataConfig(datasets=[{"path": "train.jsonl.gz"}])
 
 
+def test_a_directory_or_pattern_of_shards_is_its_files(tmp_path):
+    """How `huggingface-cli download` and `save_to_disk` leave a set: data/train-0000N-of-0000M.parquet shards
+    (beside a test split), or data-*.arrow with dataset_info.json. One entry reads them all, sharing its weight and
+    max_samples; a directory holding two splits asks for a pattern."""
+    data = tmp_path / "repo" / "data"
+    data.mkdir(parents=True)
+    for name, rows in (("train-00000-of-00002.parquet", 3), ("train-00001-of-00002.parquet", 2),
+                       ("test-00000-of-00001.parquet", 1)):
+        pq.write_table(pa.Table.from_pylist(text_records(rows)), data / name)
+    (tmp_path / "repo" / "README.md").write_text("# card")
+    [one, two] = resolve_entries(DataConfig(datasets=[{"path": "repo/data/train-*.parquet", "weight": 2,
+                                                        "max_samples": 3}]), base_dir=tmp_path)
+    assert [e.path.name for e in (one, two)] == ["train-00000-of-00002.parquet", "train-00001-of-00002.parquet"]
+    assert (one.weight, two.weight, one.max_samples, two.max_samples) == (1.0, 1.0, 2, 1)
+    assert one.data_folder == tmp_path / "repo" / "data" and one.data_type == "parquet"
+    assert sum(len(_keys(open_source(e.path))) for e in (one, two)) == 5
+    with pytest.raises(DataError, match=r"repo: holds the splits test, train: name one with a pattern, e\.g\. "):
+        resolve_entries(DataConfig(datasets=[{"path": "repo"}]), base_dir=tmp_path)
+    with pytest.raises(DataError, match=r"valid-\*\.parquet: the pattern matches no file"):
+        resolve_entries(DataConfig(datasets=[{"path": "repo/data/valid-*.parquet"}]), base_dir=tmp_path)
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    (saved / "dataset_info.json").write_text("{}")
+    (saved / "state.json").write_text("{}")
+    with pa.OSFile(str(saved / "data-00000-of-00001.arrow"), "wb") as sink:
+        table = pa.Table.from_pylist(text_records(2))
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    [arrow] = resolve_entries(DataConfig(datasets=[{"path": "saved"}]), base_dir=tmp_path)
+    assert arrow.data_type == "arrow" and len(_keys(open_source(arrow.path, arrow.data_type))) == 2
+
 def test_dataset_yaml_entries_resolve_relative_to_the_yaml(tmp_path):
     sub = tmp_path / "sets"
     sub.mkdir()

@@ -36,11 +36,10 @@ def test_existing_files_validate(workdir: Path) -> None:
 
 @pytest.mark.parametrize(("data", "expected"), [
     ({"dataset_path": "nothere.yaml"}, ["run.yaml: data.dataset_path: nothere.yaml: file not found"]),
-    ({"dataset_path": "data", "dataset_format": "jsonl"},
-     ["run.yaml: data.dataset_path: data: is a directory, not a data file (its 2 data files: one dataset entry "
-      "each, or a dataset YAML listing them)"]),
-    ({"datasets": [{"path": "data/train-*.jsonl"}]}, ["run.yaml: data.datasets.0.path: data/train-*.jsonl: file not "
-                                                      "found (a pattern is not expanded: one dataset entry per file)"]),
+    ({"datasets": [{"path": "data"}]},
+     ["run.yaml: data.datasets.0.path: data: mixes json, jsonl files; name one kind (a pattern or data_type)"]),
+    ({"datasets": [{"path": "data/train-*.jsonl"}]},
+     ["run.yaml: data.datasets.0.path: data/train-*.jsonl: the pattern matches no file"]),
     ({"dataset_path": "data/nothere.jsonl"}, ["run.yaml: data.dataset_path: data/nothere.jsonl: file not found"]),
     ({"datasets": [{"path": "data/train.jsonl"}, {"path": "data/gone.jsonl"}]},
      ["run.yaml: data.datasets.1.path: data/gone.jsonl: file not found"]),

@@ -19,14 +19,13 @@ Example:
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vlforge.config.problems import Problem
 from vlforge.config.schema import TrainConfig
-from vlforge.data.config import DATA_SUFFIXES, ResolvedEntry
+from vlforge.data.config import ResolvedEntry
 from vlforge.errors import ConfigError, DataError
 
 CHECK_RECORDS = 1000
@@ -39,21 +38,13 @@ def path_problem(path: Path, kind: str) -> str | None:
     """What is wrong with ``path`` as a ``kind`` ("file" or "folder"), or None.
 
     Example:
-        >>> import tempfile
-        >>> empty = Path(tempfile.mkdtemp())
-        >>> path_problem(empty, "file") == f"{empty}: is a directory, not a data file"
-        True
-        >>> path_problem(Path("shards/train-*.parquet"), "file")
-        'shards/train-*.parquet: file not found (a pattern is not expanded: one dataset entry per file)'
+        >>> path_problem(Path("/"), "file")
+        '/: is a directory, not a data file'
     """
     if not path.exists():
-        glob = kind == "file" and any(c in path.name for c in "*?[")
-        return f"{path}: {'file' if kind == 'file' else 'media folder'} not found" + (
-            " (a pattern is not expanded: one dataset entry per file)" if glob else "")
+        return f"{path}: {'file' if kind == 'file' else 'media folder'} not found"
     if kind == "file" and path.is_dir():
-        shards = sum(1 for f in itertools.islice(path.rglob("*"), 10_000) if f.suffix.lower() in DATA_SUFFIXES)
-        return f"{path}: is a directory, not a data file" + (
-            f" (its {shards} data files: one dataset entry each, or a dataset YAML listing them)" if shards else "")
+        return f"{path}: is a directory, not a data file"
     if kind == "folder" and not path.is_dir():
         return f"{path}: is a file, not a media folder"
     return None
@@ -74,7 +65,13 @@ def _entries(cfg: TrainConfig, origin: str, base: Path) -> tuple[list[NamedEntry
     """Every data file the config names (training and eval sets) whose file and media folder exist, and one
     :class:`Problem` per missing or mistyped data file, dataset YAML or media folder."""
     from vlforge.config.data import data_config
-    from vlforge.data.config import DatasetEntry, read_dataset_yaml, resolve_entry
+    from vlforge.data.config import (
+        DatasetEntry,
+        names_shards,
+        read_dataset_yaml,
+        resolve_entry,
+        resolve_entry_files,
+    )
 
     problems: list[Problem] = []
     found: list[NamedEntry] = []
@@ -103,15 +100,24 @@ def _entries(cfg: TrainConfig, origin: str, base: Path) -> tuple[list[NamedEntry
             entry = raw if isinstance(raw, DatasetEntry) else DatasetEntry.model_validate(raw)
             where = entry_key if entry_key == key else f"{entry_key}.{index}"
             path_key = where if where == key else f"{where}.path"
-            problem = path_problem(entry_base / entry.path, "file")
+            resolved: list[ResolvedEntry] = []
+            if names_shards(entry_base / entry.path):  # a directory or pattern: its data files
+                try:
+                    resolved = resolve_entry_files(entry, entry_base)
+                    problem = None
+                except DataError as error:
+                    problem = str(error)
+            else:
+                problem = path_problem(entry_base / entry.path, "file")
             if problem:
                 problems.append(Problem(entry_origin, None, path_key, problem))
             folder_problem = path_problem(entry_base / entry.data_folder, "folder") if entry.data_folder else None
             if folder_problem:
                 problems.append(Problem(entry_origin, None, f"{where}.data_folder", folder_problem))
             if not problem and not folder_problem:
-                found.append(NamedEntry(entry_origin, path_key, resolve_entry(entry, entry_base),
-                                        str(entry_base / entry.path), set_key))
+                for one in resolved or [resolve_entry(entry, entry_base)]:
+                    shown = str(entry_base / entry.path) if not resolved else str(one.path)
+                    found.append(NamedEntry(entry_origin, path_key, one, shown, set_key))
     return found, problems
 
 

@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any, Literal
@@ -212,8 +213,8 @@ class DatasetEntry(StrictModel):
 
     @model_validator(mode="after")
     def _known_type(self) -> DatasetEntry:
-        suffix = PurePath(self.path).suffix.lower()
-        if suffix in COMPRESSED_SUFFIXES or (self.data_type is None and suffix not in DATA_SUFFIXES):
+        suffix = PurePath(self.path).suffix.lower()  # none: a directory of data files (checked when resolved)
+        if suffix in COMPRESSED_SUFFIXES or (self.data_type is None and suffix and suffix not in DATA_SUFFIXES):
             raise field_error("path" if suffix in COMPRESSED_SUFFIXES else "data_type",
                               f"{self.path!r}: {unknown_suffix(self.path)}")
         return self
@@ -414,13 +415,68 @@ def resolve_entries(config: DataConfig, base_dir: str | Path = ".") -> list[Reso
         entries, base = read_dataset_yaml(yaml_path), yaml_path.parent
     if not entries:
         raise ConfigError("datasets: no dataset entries")
-    return [resolve_entry(e, base) for e in entries]
+    return [resolved for e in entries for resolved in resolve_entry_files(e, base)]
 
 
 def _as_named(path: Path) -> Path:
     """``path`` made absolute without following links or folding ``..`` as text (the OS resolves a ``..`` after a
     linked folder where the link points, as it will when the file is opened)."""
     return path if path.is_absolute() else Path.cwd() / path
+
+
+_GLOB = re.compile(r"[*?[]")
+_SPLIT = re.compile(r"(train|test|validation|valid|val|dev|eval)(?=[-_.])")
+_METADATA_FILES = frozenset({"dataset_info.json", "state.json", "dataset_dict.json"})
+"""Files of a ``save_to_disk`` directory that are not data."""
+
+
+def names_shards(path: Path) -> bool:
+    """``path`` names several data files: a directory, or a glob pattern (``data/train-*.parquet``)."""
+    return bool(_GLOB.search(str(path))) or path.is_dir()
+
+
+def shard_files(path: Path, data_type: str | None = None) -> list[Path]:
+    """The data files a directory (searched below, hidden folders and ``save_to_disk`` metadata skipped) or a glob
+    pattern names, sorted; with ``data_type``, only files of that type. A :class:`DataError` naming the path when
+    there are none, when they mix types, or when a directory holds several splits (``train-*``, ``test-*``)."""
+    suffixes = {suffix for suffix, kind in DATA_SUFFIXES.items() if data_type in (None, kind)}
+    if _GLOB.search(str(path)):
+        first = next(i for i, part in enumerate(path.parts) if _GLOB.search(part))
+        root = Path(*path.parts[:first])
+        files = sorted(f for f in root.glob(str(Path(*path.parts[first:]))) if f.is_file())
+        if not files:
+            raise DataError(f"{path}: the pattern matches no file")
+    else:
+        files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in suffixes
+                       and f.name not in _METADATA_FILES
+                       and not any(part.startswith(".") for part in f.relative_to(path).parts))
+        if not files:
+            raise DataError(f"{path}: a directory without data files ({', '.join(sorted(suffixes))})")
+        splits = sorted({m[1] for f in files if (m := _SPLIT.match(f.name.lower()))})
+        if len(splits) > 1:
+            raise DataError(f"{path}: holds the splits {', '.join(splits)}: name one with a pattern, e.g. "
+                            f"{path}/**/{splits[-1]}-*{files[0].suffix}")
+    kinds = {DATA_SUFFIXES.get(f.suffix.lower()) for f in files}
+    if data_type is None and len(kinds) > 1:
+        raise DataError(f"{path}: mixes {', '.join(sorted(map(str, kinds)))} files; name one kind (a pattern or "
+                        "data_type)")
+    return files
+
+
+def resolve_entry_files(entry: DatasetEntry, base: Path) -> list[ResolvedEntry]:
+    """``entry`` resolved (:func:`resolve_entry`); a directory or glob pattern is one entry per data file it names,
+    which share its ``weight`` and ``max_samples`` equally (so the set keeps its share of the mixture) and its
+    ``data_folder`` (default: the directory, or the pattern's fixed part)."""
+    given = base / entry.path  # errors name it as the config does
+    if not names_shards(given):
+        return [resolve_entry(entry, base)]
+    files = [_as_named(file) for file in shard_files(given, entry.data_type)]
+    fixed = Path(*given.parts[:next((i for i, p in enumerate(given.parts) if _GLOB.search(p)), len(given.parts))])
+    folder = _as_named(base / entry.data_folder) if entry.data_folder else _as_named(fixed)
+    share, extra = divmod(entry.max_samples, len(files)) if entry.max_samples is not None else (None, 0)
+    return [ResolvedEntry(file, folder, entry.data_type or infer_data_type(file), entry.weight / len(files),
+                          None if share is None else share + (i < extra), entry.layout, entry.columns, entry.tags)
+            for i, file in enumerate(files)]
 
 
 def resolve_entry(entry: DatasetEntry, base: Path) -> ResolvedEntry:

@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING
 import yaml
 
 from vlforge.config.data_check import path_problem
-from vlforge.data.config import DATA_SUFFIXES, DataConfig, ResolvedEntry, load_config, resolve_entries
+from vlforge.data.config import (
+    DATA_SUFFIXES,
+    DataConfig,
+    ResolvedEntry,
+    load_config,
+    names_shards,
+    resolve_entries,
+    shard_files,
+)
 from vlforge.errors import ConfigError, DataError
 from vlforge.models.families import names, supports
 from vlforge.outputs import check_output_dir
@@ -57,10 +65,16 @@ def data_config(data: str | Path, *, on_error: str) -> tuple[DataConfig, Path]:
     otherwise it is an LMMS-style dataset list. ``on_error`` overrides the config's policy.
     """
     path = Path(data)
-    problem = path_problem(path, "file")
+    problem = None if names_shards(path) else path_problem(path, "file")
     if problem:
         raise ConfigError(f"--data {problem}")
-    if path.suffix.lower() in (".yaml", ".yml"):
+    if names_shards(path):  # a directory or pattern of shards: one dataset entry, its files
+        try:
+            shard_files(path)
+        except DataError as error:
+            raise ConfigError(f"--data {error}") from None
+        cfg, base = DataConfig(datasets=[{"path": os.path.abspath(path)}]), Path(".")
+    elif path.suffix.lower() in (".yaml", ".yml"):
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.YAMLError as exc:
