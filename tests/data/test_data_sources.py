@@ -139,8 +139,18 @@ def test_a_directory_or_pattern_of_shards_is_its_files(tmp_path):
     assert (one.weight, two.weight, one.max_samples, two.max_samples) == (1.0, 1.0, 2, 1)
     assert one.data_folder == tmp_path / "repo" / "data" and one.data_type == "parquet"
     assert sum(len(_keys(open_source(e.path))) for e in (one, two)) == 5
-    with pytest.raises(DataError, match=r"repo: holds the splits test, train: name one with a pattern, e\.g\. "):
+    with pytest.raises(DataError, match=r"repo: holds the splits test, train: name one with a pattern, e\.g\. "
+                                        r".*repo/\*\*/\*train\*\.parquet"):
         resolve_entries(DataConfig(datasets=[{"path": "repo"}]), base_dir=tmp_path)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    (mixed / "README.md").write_text("# card")  # no data file
+    (mixed / "a.jsonl").write_text("{}\n")
+    (mixed / "b.parquet").write_bytes((data / "test-00000-of-00001.parquet").read_bytes())
+    with pytest.raises(DataError, match=r"mixed/\*: mixes jsonl, parquet files"):
+        resolve_entries(DataConfig(datasets=[{"path": "mixed/*"}]), base_dir=tmp_path)
+    assert [e.path.name for e in resolve_entries(DataConfig(datasets=[{"path": "mixed/*", "data_type": "jsonl"}]),
+                                                  base_dir=tmp_path)] == ["a.jsonl"]
     with pytest.raises(DataError, match=r"valid-\*\.parquet: the pattern matches no file"):
         resolve_entries(DataConfig(datasets=[{"path": "repo/data/valid-*.parquet"}]), base_dir=tmp_path)
     saved = tmp_path / "saved"
@@ -153,6 +163,21 @@ def test_a_directory_or_pattern_of_shards_is_its_files(tmp_path):
             writer.write_table(table)
     [arrow] = resolve_entries(DataConfig(datasets=[{"path": "saved"}]), base_dir=tmp_path)
     assert arrow.data_type == "arrow" and len(_keys(open_source(arrow.path, arrow.data_type))) == 2
+    [star] = resolve_entries(DataConfig(datasets=[{"path": "saved/*"}]), base_dir=tmp_path)  # metadata skipped
+    assert star.path == arrow.path
+    for split in ("train", "test"):  # a save_to_disk DatasetDict: its splits are folders
+        (saved / "dict" / split).mkdir(parents=True)
+        (saved / "dict" / split / "data-00000-of-00001.arrow").write_bytes((saved / "data-00000-of-00001.arrow")
+                                                                           .read_bytes())
+    with pytest.raises(DataError, match="holds the splits test, train"):
+        resolve_entries(DataConfig(datasets=[{"path": "saved/dict"}]), base_dir=tmp_path)
+    odd = tmp_path / "runs[v2]"  # glob characters in the folder of a plain file, or in its name, are no pattern
+    odd.mkdir()
+    (odd / "data[1].jsonl").write_text("\n".join(json.dumps(r) for r in text_records(2)) + "\n")
+    [plain] = resolve_entries(DataConfig(datasets=[{"path": "data[1].jsonl"}]), base_dir=odd)
+    assert plain.path == odd / "data[1].jsonl" and plain.weight == 1.0
+    [dotted] = resolve_entries(DataConfig(datasets=[{"path": str(odd)}]), base_dir=tmp_path)  # a folder, no suffix
+    assert dotted.path == odd / "data[1].jsonl"
 
 def test_dataset_yaml_entries_resolve_relative_to_the_yaml(tmp_path):
     sub = tmp_path / "sets"

@@ -101,7 +101,7 @@ def _entries(cfg: TrainConfig, origin: str, base: Path) -> tuple[list[NamedEntry
             where = entry_key if entry_key == key else f"{entry_key}.{index}"
             path_key = where if where == key else f"{where}.path"
             resolved: list[ResolvedEntry] = []
-            if names_shards(entry_base / entry.path):  # a directory or pattern: its data files
+            if names_shards(entry_base / entry.path, entry.path):  # a directory or pattern: its data files
                 try:
                     resolved = resolve_entry_files(entry, entry_base)
                     problem = None

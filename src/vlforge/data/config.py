@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -168,7 +169,8 @@ class DatasetEntry(StrictModel):
     """One data file of the mixture."""
 
     path: str = Field(min_length=1)
-    """Data file of chat records (see ``layout``): ``.json``, ``.jsonl``, ``.parquet`` or ``.arrow``."""
+    """Data file of chat records (see ``layout``): ``.json``, ``.jsonl``, ``.parquet`` or ``.arrow``; or a directory
+    or glob pattern of such shards (``data/train-*.parquet``), each one an entry sharing weight and max_samples."""
     data_folder: str = ""
     """Directory that relative image/video paths inside the samples resolve against ("" = the file's own)."""
     data_type: Literal["json", "jsonl", "parquet", "arrow"] | None = None
@@ -213,8 +215,9 @@ class DatasetEntry(StrictModel):
 
     @model_validator(mode="after")
     def _known_type(self) -> DatasetEntry:
-        suffix = PurePath(self.path).suffix.lower()  # none: a directory of data files (checked when resolved)
-        if suffix in COMPRESSED_SUFFIXES or (self.data_type is None and suffix and suffix not in DATA_SUFFIXES):
+        suffix = PurePath(self.path).suffix.lower()  # none, or a folder's: a directory of shards (checked when read)
+        shards = not suffix or Path(self.path).is_dir() or bool(_GLOB.search(PurePath(self.path).name))
+        if suffix in COMPRESSED_SUFFIXES or (self.data_type is None and not shards and suffix not in DATA_SUFFIXES):
             raise field_error("path" if suffix in COMPRESSED_SUFFIXES else "data_type",
                               f"{self.path!r}: {unknown_suffix(self.path)}")
         return self
@@ -425,53 +428,76 @@ def _as_named(path: Path) -> Path:
 
 
 _GLOB = re.compile(r"[*?[]")
-_SPLIT = re.compile(r"(train|test|validation|valid|val|dev|eval)(?=[-_.])")
+_SPLIT = re.compile(r"(?:^|[-_./])(train|test|validation|valid|val|dev)(?=[-_./]|$)")
+"""A split named in a shard's path below its directory (``train-0000.parquet``, ``test/data-0.arrow``)."""
 _METADATA_FILES = frozenset({"dataset_info.json", "state.json", "dataset_dict.json"})
 """Files of a ``save_to_disk`` directory that are not data."""
+_MAX_WALK = 100_000
+"""Entries a directory of shards may hold below it (an image folder named by mistake is refused, not walked)."""
 
 
-def names_shards(path: Path) -> bool:
-    """``path`` names several data files: a directory, or a glob pattern (``data/train-*.parquet``)."""
-    return bool(_GLOB.search(str(path))) or path.is_dir()
+def names_shards(path: Path, named: str | None = None) -> bool:
+    """``path`` names several data files: an existing directory, or (not an existing file) a glob pattern. ``named``:
+    the part the user wrote (glob characters in the folder above it, ``runs[v2]/``, are not a pattern)."""
+    if path.is_file():
+        return False
+    return path.is_dir() or bool(_GLOB.search(named if named is not None else str(path)))
 
 
-def shard_files(path: Path, data_type: str | None = None) -> list[Path]:
-    """The data files a directory (searched below, hidden folders and ``save_to_disk`` metadata skipped) or a glob
-    pattern names, sorted; with ``data_type``, only files of that type. A :class:`DataError` naming the path when
-    there are none, when they mix types, or when a directory holds several splits (``train-*``, ``test-*``)."""
+def shard_files(base: Path, named: str, data_type: str | None = None) -> list[Path]:
+    """The data files that ``named`` (a directory or glob pattern, relative to ``base``) names, sorted: data suffixes
+    only (of ``data_type`` when given), hidden folders and ``save_to_disk`` metadata skipped, linked folders followed.
+    A :class:`DataError` naming the path when there are none, when they mix types, or when they hold several splits
+    (``train-*`` beside ``test-*``, or ``train/`` beside ``test/``)."""
+    path = base / named
     suffixes = {suffix for suffix, kind in DATA_SUFFIXES.items() if data_type in (None, kind)}
-    if _GLOB.search(str(path)):
-        first = next(i for i, part in enumerate(path.parts) if _GLOB.search(part))
-        root = Path(*path.parts[:first])
-        files = sorted(f for f in root.glob(str(Path(*path.parts[first:]))) if f.is_file())
-        if not files:
+    parts = Path(named).parts
+    fixed = len(parts) if path.is_dir() else next((i for i, part in enumerate(parts) if _GLOB.search(part)),
+                                                   len(parts))
+    root = base / Path(*parts[:fixed]) if fixed else base
+    if fixed < len(parts):
+        found = [f for f in root.glob(str(Path(*parts[fixed:]))) if f.is_file()]
+        if not found:
             raise DataError(f"{path}: the pattern matches no file")
     else:
-        files = sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in suffixes
-                       and f.name not in _METADATA_FILES
-                       and not any(part.startswith(".") for part in f.relative_to(path).parts))
-        if not files:
-            raise DataError(f"{path}: a directory without data files ({', '.join(sorted(suffixes))})")
-        splits = sorted({m[1] for f in files if (m := _SPLIT.match(f.name.lower()))})
-        if len(splits) > 1:
-            raise DataError(f"{path}: holds the splits {', '.join(splits)}: name one with a pattern, e.g. "
-                            f"{path}/**/{splits[-1]}-*{files[0].suffix}")
-    kinds = {DATA_SUFFIXES.get(f.suffix.lower()) for f in files}
-    if data_type is None and len(kinds) > 1:
-        raise DataError(f"{path}: mixes {', '.join(sorted(map(str, kinds)))} files; name one kind (a pattern or "
-                        "data_type)")
+        found, seen, walked = [], set(), 0
+        for folder, dirs, files in os.walk(root, followlinks=True):
+            real = os.path.realpath(folder)
+            if real in seen:  # a link back up the tree
+                dirs[:] = []
+                continue
+            seen.add(real)
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            walked += len(files) + len(dirs)
+            if walked > _MAX_WALK:
+                raise DataError(f"{path}: more than {_MAX_WALK:,} files below it; name the data files with a pattern "
+                                f"({path}/**/*.parquet)")
+            found += [Path(folder) / f for f in files]
+    files = sorted(f for f in found if f.suffix.lower() in suffixes and f.name not in _METADATA_FILES)
+    if not files:
+        raise DataError(f"{path}: {'the pattern matches' if fixed < len(parts) else 'a directory that holds'} no data "
+                        f"file ({', '.join(sorted(suffixes))})")
+    splits = sorted({m[1] for f in files if (m := _SPLIT.search(f.relative_to(root).as_posix().lower()))})
+    if len(splits) > 1:
+        pick = "train" if "train" in splits else splits[0]
+        raise DataError(f"{path}: holds the splits {', '.join(splits)}: name one with a pattern, e.g. "
+                        f"{root}/**/*{pick}*{files[0].suffix}")
+    kinds = {DATA_SUFFIXES[f.suffix.lower()] for f in files}
+    if len(kinds) > 1:
+        raise DataError(f"{path}: mixes {', '.join(sorted(kinds))} files; name one kind (a pattern or data_type)")
     return files
 
 
 def resolve_entry_files(entry: DatasetEntry, base: Path) -> list[ResolvedEntry]:
     """``entry`` resolved (:func:`resolve_entry`); a directory or glob pattern is one entry per data file it names,
-    which share its ``weight`` and ``max_samples`` equally (so the set keeps its share of the mixture) and its
-    ``data_folder`` (default: the directory, or the pattern's fixed part)."""
-    given = base / entry.path  # errors name it as the config does
-    if not names_shards(given):
+    which share its ``weight`` and ``max_samples`` equally and its ``data_folder`` (default: the directory, or the
+    pattern's fixed part)."""
+    if not names_shards(base / entry.path, entry.path):
         return [resolve_entry(entry, base)]
-    files = [_as_named(file) for file in shard_files(given, entry.data_type)]
-    fixed = Path(*given.parts[:next((i for i, p in enumerate(given.parts) if _GLOB.search(p)), len(given.parts))])
+    files = [_as_named(file) for file in shard_files(base, entry.path, entry.data_type)]
+    parts = Path(entry.path).parts
+    fixed = base / entry.path if (base / entry.path).is_dir() else \
+        base / Path(*parts[:next((i for i, p in enumerate(parts) if _GLOB.search(p)), len(parts))])
     folder = _as_named(base / entry.data_folder) if entry.data_folder else _as_named(fixed)
     share, extra = divmod(entry.max_samples, len(files)) if entry.max_samples is not None else (None, 0)
     return [ResolvedEntry(file, folder, entry.data_type or infer_data_type(file), entry.weight / len(files),

@@ -84,9 +84,9 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
     # a file:// URL as qwen-vl-utils reads it: the rest is the path (file:///abs, file://relative)
     path = Path(unquote(ref[len("file://"):])) if scheme else Path(ref).expanduser()
     if not path.is_absolute():  # inside data_folder as written: its symlinks (LLaVA's, the hub cache's) are followed
-        root = Path(os.path.abspath(data_folder))
+        root = Path(data_folder) if Path(data_folder).is_absolute() else Path.cwd() / data_folder  # as named
         path = root / path
-        if not allow_path_escape and not Path(os.path.normpath(path)).is_relative_to(root):
+        if not allow_path_escape and not Path(os.path.normpath(path)).is_relative_to(os.path.normpath(root)):
             fail("path_escape", f"media path {ref!r} leaves data_folder {str(root)!r} "
                                 "(set allow_path_escape to permit)")
     if not path.is_file():

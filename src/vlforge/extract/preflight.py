@@ -65,15 +65,16 @@ def data_config(data: str | Path, *, on_error: str) -> tuple[DataConfig, Path]:
     otherwise it is an LMMS-style dataset list. ``on_error`` overrides the config's policy.
     """
     path = Path(data)
-    problem = None if names_shards(path) else path_problem(path, "file")
+    shards = names_shards(path)
+    problem = None if shards else path_problem(path, "file")
     if problem:
         raise ConfigError(f"--data {problem}")
-    if names_shards(path):  # a directory or pattern of shards: one dataset entry, its files
+    if shards:  # a directory or pattern of shards: one dataset entry, its files
         try:
-            shard_files(path)
+            shard_files(Path("."), str(path))
         except DataError as error:
             raise ConfigError(f"--data {error}") from None
-        cfg, base = DataConfig(datasets=[{"path": os.path.abspath(path)}]), Path(".")
+        cfg, base = DataConfig(datasets=[{"path": str(path)}]), Path(".")
     elif path.suffix.lower() in (".yaml", ".yml"):
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
