@@ -106,7 +106,10 @@ def _gone(pid: int, seconds: float = 10) -> bool:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
-        state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] if Path(f"/proc/{pid}").exists() else "X"
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1]
+        except (FileNotFoundError, ProcessLookupError):  # reaped between the signal check and the read
+            return True
         if state in ("Z", "X"):
             return True
         time.sleep(0.02)
