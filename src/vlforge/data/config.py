@@ -444,6 +444,16 @@ def names_shards(path: Path, named: str | None = None) -> bool:
     return path.is_dir() or bool(_GLOB.search(named if named is not None else str(path)))
 
 
+def _shard_root(base: Path, named: str) -> tuple[Path, str | None]:
+    """The folder a directory or pattern of shards starts from, and the glob pattern below it (None: a directory,
+    walked whole; glob characters in an existing directory's name are its name)."""
+    parts = Path(named).parts
+    if (base / named).is_dir():
+        return base / named, None
+    fixed = next((i for i, part in enumerate(parts) if _GLOB.search(part)), len(parts))
+    return base / Path(*parts[:fixed]), str(Path(*parts[fixed:])) if fixed < len(parts) else None
+
+
 def shard_files(base: Path, named: str, data_type: str | None = None) -> list[Path]:
     """The data files that ``named`` (a directory or glob pattern, relative to ``base``) names, sorted: data suffixes
     only (of ``data_type`` when given), hidden folders and ``save_to_disk`` metadata skipped, linked folders followed.
@@ -451,12 +461,9 @@ def shard_files(base: Path, named: str, data_type: str | None = None) -> list[Pa
     (``train-*`` beside ``test-*``, or ``train/`` beside ``test/``)."""
     path = base / named
     suffixes = {suffix for suffix, kind in DATA_SUFFIXES.items() if data_type in (None, kind)}
-    parts = Path(named).parts
-    fixed = len(parts) if path.is_dir() else next((i for i, part in enumerate(parts) if _GLOB.search(part)),
-                                                   len(parts))
-    root = base / Path(*parts[:fixed]) if fixed else base
-    if fixed < len(parts):
-        found = [f for f in root.glob(str(Path(*parts[fixed:]))) if f.is_file()]
+    root, pattern = _shard_root(base, named)
+    if pattern is not None:
+        found = [f for f in root.glob(pattern) if f.is_file()]
         if not found:
             raise DataError(f"{path}: the pattern matches no file")
     else:
@@ -475,7 +482,7 @@ def shard_files(base: Path, named: str, data_type: str | None = None) -> list[Pa
             found += [Path(folder) / f for f in files]
     files = sorted(f for f in found if f.suffix.lower() in suffixes and f.name not in _METADATA_FILES)
     if not files:
-        raise DataError(f"{path}: {'the pattern matches' if fixed < len(parts) else 'a directory that holds'} no data "
+        raise DataError(f"{path}: {'the pattern matches' if pattern is not None else 'a directory that holds'} no data "
                         f"file ({', '.join(sorted(suffixes))})")
     splits = sorted({m[1] for f in files if (m := _SPLIT.search(f.relative_to(root).as_posix().lower()))})
     if len(splits) > 1:
@@ -495,10 +502,7 @@ def resolve_entry_files(entry: DatasetEntry, base: Path) -> list[ResolvedEntry]:
     if not names_shards(base / entry.path, entry.path):
         return [resolve_entry(entry, base)]
     files = [_as_named(file) for file in shard_files(base, entry.path, entry.data_type)]
-    parts = Path(entry.path).parts
-    fixed = base / entry.path if (base / entry.path).is_dir() else \
-        base / Path(*parts[:next((i for i, p in enumerate(parts) if _GLOB.search(p)), len(parts))])
-    folder = _as_named(base / entry.data_folder) if entry.data_folder else _as_named(fixed)
+    folder = _as_named(base / entry.data_folder if entry.data_folder else _shard_root(base, entry.path)[0])
     share, extra = divmod(entry.max_samples, len(files)) if entry.max_samples is not None else (None, 0)
     return [ResolvedEntry(file, folder, entry.data_type or infer_data_type(file), entry.weight / len(files),
                           None if share is None else share + (i < extra), entry.layout, entry.columns, entry.tags)
