@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from vlforge.errors import ExitCode
+from vlforge.errors import ExitCode, Interrupted
 
 OptionsT = TypeVar("OptionsT")
 ReportT = TypeVar("ReportT")
@@ -47,14 +47,18 @@ class Job(Generic[OptionsT, ReportT]):
 
 
 def execute(job: Job[OptionsT, ReportT], options: OptionsT, *, as_json: bool, console: Any) -> int:
-    """Check, run, report (JSON on stdout, or the rendering on ``console``) and return the exit code."""
-    job.check(options)
-    report = job.run(options)
-    if as_json:
-        sys.stdout.write(job.to_json(report) + "\n")  # plain write: no markup or wrapping touches the JSON
-        sys.stdout.flush()
-    else:
-        job.render(options, report, console)
+    """Check, run, report (JSON on stdout, or the rendering on ``console``) and return the exit code. Ctrl-C is
+    :class:`~vlforge.errors.Interrupted` (one line, exit 130) unless the job said more."""
+    try:
+        job.check(options)
+        report = job.run(options)
+        if as_json:
+            sys.stdout.write(job.to_json(report) + "\n")  # plain write: no markup or wrapping touches the JSON
+            sys.stdout.flush()
+        else:
+            job.render(options, report, console)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted (Ctrl-C)") from None
     for line in job.verdict_lines(report) if job.verdict_lines else ():
         sys.stderr.write(line + "\n")
     return int(job.exit_code(report))

@@ -59,6 +59,12 @@ class VlforgeError(Exception):
     exit_code: int = ExitCode.BAD_INPUT
 
 
+class Interrupted(VlforgeError):
+    """Ctrl-C (SIGINT) stopped a command where it was (every command says so in one line; exit 130)."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
 class PatchError(VlforgeError, ValueError):
     """A patch was asked to do something it cannot (bad option, a name that matches nothing)."""
 

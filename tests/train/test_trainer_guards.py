@@ -26,6 +26,7 @@ from vlforge.config.schema import TrainingConfig
 from vlforge.dist import init_distributed
 from vlforge.errors import ExitCode
 from vlforge.outputs import make_staging, write_failure
+from vlforge.train import preemption
 from vlforge.train.checkpoint import clear_unfinished
 from vlforge.train.guards import DivergenceError, StepGuard
 from vlforge.train.preemption import StopSignals
@@ -136,6 +137,24 @@ def test_stop_signals_mark_one_request_and_restore_the_handlers():
             assert time.monotonic() < deadline
             time.sleep(0.01)
     assert signal.getsignal(signal.SIGUSR1) is previous
+
+
+def test_ctrl_c_while_the_stop_signals_are_being_set_leaves_the_old_handlers(monkeypatch):
+    """A KeyboardInterrupt part-way through ``install`` (here: starting the watcher thread) undoes what was set."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signal handlers are set from the main thread only")
+
+    class Interrupted(threading.Thread):
+        def start(self):
+            raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(preemption.threading, "Thread", Interrupted)
+    stops = StopSignals(["SIGTERM", "SIGUSR1"], grace=60)
+    with pytest.raises(KeyboardInterrupt):
+        stops.install()
+    assert (signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGTERM)) == previous
+    assert signal.set_wakeup_fd(-1) == -1 and stops not in preemption._installed and stops._wakeup is None
 
 
 def test_a_second_stop_signal_exits_at_once_with_128_plus_its_number(tmp_path):

@@ -39,7 +39,7 @@ from vlforge.config.schema import TrainConfig
 from vlforge.outputs import make_staging
 from vlforge.train.checkpoint import problem
 from vlforge.train.guards import DivergenceError
-from vlforge.train.preemption import PreemptedError
+from vlforge.train.preemption import InterruptedRunError, PreemptedError, StopSignals
 from vlforge.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow
@@ -312,6 +312,18 @@ def test_steps_since_the_last_log_are_logged_when_a_signal_or_divergence_stops_t
     records = _records(tmp_path / "rotten")
     assert [r["step"] for r in records] == [2, 2] and records[0]["label_tokens"] > 0  # steps 1-2, then the report
     assert records[-1]["data_report"] == "data_report.json" and not (tmp_path / "rotten" / "checkpoint-2").exists()
+
+
+def test_ctrl_c_while_the_stop_signals_are_being_set_is_the_one_line_of_an_interrupt(tmp_path, model_path,
+                                                                                      monkeypatch):
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(StopSignals, "install", interrupted)
+    with pytest.raises(InterruptedRunError) as caught:
+        _in_process(tmp_path / "out", model_path).train()
+    assert str(caught.value) == "interrupted (Ctrl-C) while starting; there is no complete checkpoint yet (the same " \
+                                "command starts over)"
 
 
 # -- two torchrun ranks ----------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vlforge.errors import ExitCode, VlforgeError
+from vlforge.errors import ExitCode, Interrupted, VlforgeError
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +51,9 @@ class PreemptedError(VlforgeError):
     exit_code = ExitCode.PREEMPTED
 
 
-class InterruptedRunError(VlforgeError):
+class InterruptedRunError(Interrupted):
     """The run was interrupted from the keyboard (Ctrl-C) outside the configured stop signals: no checkpoint of its
     own, the newest complete one stays."""
-
-    exit_code = ExitCode.INTERRUPTED
 
 
 def interrupted(error: BaseException) -> bool:
@@ -84,7 +82,7 @@ class StopSignals:
         self.received: set[int] = set()
         self._previous: dict[int, Any] = {}
         self._wakeup: tuple[int, int] | None = None  # (read end, write end)
-        self._old_fd = -1
+        self._old_fd: int | None = None  # the wake-up fd before ours (None: ours was never set)
         self._timer: threading.Timer | None = None
         self._watcher: threading.Thread | None = None
         self._closed = False
@@ -107,12 +105,16 @@ class StopSignals:
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
         self._wakeup = (read_end, write_end)
-        self._old_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
-        for signum in self.signums:
-            self._previous[signum] = signal.signal(signum, _noted)
-        self._watcher = threading.Thread(target=self._watch, name="vlforge-stop-signals", daemon=True)
-        self._watcher.start()
-        _installed.append(self)
+        try:  # a Ctrl-C part-way (it can land between any two lines) undoes what was set
+            self._old_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+            for signum in self.signums:
+                self._previous[signum] = signal.signal(signum, _noted)
+            self._watcher = threading.Thread(target=self._watch, name="vlforge-stop-signals", daemon=True)
+            self._watcher.start()
+            _installed.append(self)
+        except BaseException:
+            self.close()
+            raise
         global _fork_hook
         if not _fork_hook:  # once per process, at the first run (importing this module changes nothing)
             os.register_at_fork(after_in_child=_forked)
@@ -129,12 +131,13 @@ class StopSignals:
             return
         for signum, previous in self._previous.items():
             signal.signal(signum, previous)
-        signal.set_wakeup_fd(self._old_fd)
+        if self._old_fd is not None:
+            signal.set_wakeup_fd(self._old_fd)
         if self in _installed:
             _installed.remove(self)
         with contextlib.suppress(OSError):
             os.write(self._wakeup[1], b"\0")  # wakes the watcher, which then ends
-        if self._watcher is not None:
+        if self._watcher is not None and self._watcher.ident is not None:  # started
             self._watcher.join(timeout=5)
         for fd in self._wakeup:
             with contextlib.suppress(OSError):

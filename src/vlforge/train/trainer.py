@@ -526,15 +526,22 @@ class Trainer:
         non-finite steps (exit 3), a failed write or another rank lost (exit 5), each one line."""
         training = self.cfg.training
         stops = StopSignals(training.stop_signals, training.stop_grace_period, newest=self._newest)
-        with stops, Heartbeats(self.ctx, training.rank_timeout, newest=self._newest) as beats:
-            try:
-                return self._train(stops, beats)
-            except VlforgeError:
-                raise
-            except KeyboardInterrupt:
-                raise InterruptedRunError(f"interrupted (Ctrl-C) {in_step(beats.step)}; {self._newest()}") from None
-            except (Exception, ckpt.CheckpointException) as error:
-                raise self._explained(error, beats) from error
+        where = in_step(0)  # of a Ctrl-C while the handlers are set, or restored (after the loop)
+        try:
+            with stops, Heartbeats(self.ctx, training.rank_timeout, newest=self._newest) as beats:
+                try:
+                    return self._train(stops, beats)
+                except VlforgeError:
+                    raise
+                except KeyboardInterrupt:
+                    raise InterruptedRunError(f"interrupted (Ctrl-C) {in_step(beats.step)}; {self._newest()}") \
+                        from None
+                except (Exception, ckpt.CheckpointException) as error:
+                    raise self._explained(error, beats) from error
+                finally:
+                    where = f"after step {self.step}"
+        except KeyboardInterrupt:
+            raise InterruptedRunError(f"interrupted (Ctrl-C) {where}; {self._newest()}") from None
 
     def _explained(self, error: BaseException, beats: Heartbeats) -> BaseException:
         """A failed collective whose cause is another rank, or a failed write, as one line; else ``error`` itself."""
