@@ -13,6 +13,8 @@ from datakit import text_records, write_jsonl
 from pydantic import ValidationError
 
 from vlforge.data import DataConfig, Mixture, load_config, open_source, read_dataset_yaml, resolve_entries
+from vlforge.data.estimate import record_counts
+from vlforge.data.mixture import shares
 from vlforge.errors import ConfigError, DataError
 from vlforge.strict import error_line
 
@@ -136,7 +138,8 @@ def test_a_directory_or_pattern_of_shards_is_its_files(tmp_path):
     [one, two] = resolve_entries(DataConfig(datasets=[{"path": "repo/data/train-*.parquet", "weight": 2,
                                                         "max_samples": 3}]), base_dir=tmp_path)
     assert [e.path.name for e in (one, two)] == ["train-00000-of-00002.parquet", "train-00001-of-00002.parquet"]
-    assert (one.weight, two.weight, one.max_samples, two.max_samples) == (1.0, 1.0, 2, 1)
+    assert (one.weight, two.weight, one.max_samples, two.max_samples, one.shard_of, two.shard_of) == (2, 2, 3, 3, 0, 0)
+    assert record_counts([one, two]) == [2, 1]  # max_samples 3 shared by records (3 and 2): 1.8 + 1.2
     assert one.data_folder == tmp_path / "repo" / "data" and one.data_type == "parquet"
     assert sum(len(_keys(open_source(e.path))) for e in (one, two)) == 5
     with pytest.raises(DataError, match=r"repo: holds the splits test, train: name one with a pattern, e\.g\. "
@@ -213,6 +216,32 @@ def test_a_linked_data_file_keeps_the_name_and_folder_it_was_given_by(tmp_path):
     [entry] = resolve_entries(DataConfig(datasets=[{"path": "snapshots/rev/train.json"}]), base_dir=tmp_path)
     assert (entry.path, entry.data_folder, entry.data_type) == (snapshot / "train.json", snapshot, "json")
     assert len(_keys(open_source(entry.path, entry.data_type))) == 2
+
+
+def test_shards_of_unequal_size_read_as_one_file_would(tmp_path):
+    """A folder of per-source files (LLaVA-style: coco.jsonl, ocr.jsonl, ...) of very different sizes, one empty:
+    max_samples is met in full and split by records; the weight is split likewise, so that the small shard does not
+    end early and the folder keeps its share against another entry."""
+    shards = tmp_path / "sets"
+    shards.mkdir()
+    write_jsonl(shards / "big.jsonl", [{"messages": f"big{i}"} for i in range(300)])
+    write_jsonl(shards / "small.jsonl", [{"messages": f"small{i}"} for i in range(40)])
+    (shards / "empty.jsonl").write_text("\n")
+    write_jsonl(tmp_path / "other.jsonl", [{"messages": f"other{i}"} for i in range(340)])
+    entries = resolve_entries(DataConfig(datasets=[{"path": "sets", "max_samples": 200}, {"path": "other.jsonl"}]),
+                              tmp_path)
+    assert [(e.path.name, e.shard_of) for e in entries] == [("big.jsonl", 0), ("empty.jsonl", 0), ("small.jsonl", 0),
+                                                            ("other.jsonl", None)]
+    assert shares(entries, [300, 0, 40, 340].__getitem__) == [(176 / 200, 176), (0.0, 0), (24 / 200, 24), (1.0, None)]
+    assert record_counts(entries) == [176, 0, 24, 340]  # 200 in all (an equal split gave 67 + 0 + 40 = 107)
+    drawn = [r.record["messages"] for _, r in iter(Mixture(entries, seed=3).next, None)]
+    assert len(drawn) == 540 and sum(k.startswith("big") for k in drawn) == 176
+    assert sum(k.startswith("small") for k in drawn) == 24
+    half = drawn[:270]  # while both entries are live, draws alternate about evenly; the small shard is not used up
+    assert 0.4 < sum(k.startswith("other") for k in half) / len(half) < 0.6
+    assert 5 < sum(k.startswith("small") for k in half) < 20
+    whole = resolve_entries(DataConfig(datasets=[{"path": "sets/*.jsonl"}]), tmp_path)  # no max_samples: every record
+    assert record_counts(whole) == [300, 0, 40] and len(list(iter(Mixture(whole, seed=0).next, None))) == 340
 
 
 def test_mixture_weights_max_samples_and_epochs(tmp_path):

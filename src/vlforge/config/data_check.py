@@ -103,7 +103,7 @@ def _entries(cfg: TrainConfig, origin: str, base: Path) -> tuple[list[NamedEntry
             resolved: list[ResolvedEntry] = []
             if names_shards(entry_base / entry.path, entry.path):  # a directory or pattern: its data files
                 try:
-                    resolved = resolve_entry_files(entry, entry_base)
+                    resolved = resolve_entry_files(entry, entry_base, index)
                     problem = None
                 except DataError as error:
                     problem = str(error)

@@ -170,7 +170,7 @@ class DatasetEntry(StrictModel):
 
     path: str = Field(min_length=1)
     """Data file of chat records (see ``layout``): ``.json``, ``.jsonl``, ``.parquet`` or ``.arrow``; or a directory
-    or glob pattern of such shards (``data/train-*.parquet``), each one an entry sharing weight and max_samples."""
+    or glob pattern of such shards (``data/train-*.parquet``), which share weight and max_samples by their records."""
     data_folder: str = ""
     """Directory that relative image/video paths inside the samples resolve against ("" = the file's own)."""
     data_type: Literal["json", "jsonl", "parquet", "arrow"] | None = None
@@ -369,6 +369,10 @@ class ResolvedEntry:
     layout: str = "auto"
     columns: RecordColumns = field(default_factory=RecordColumns)
     tags: RoleTags = field(default_factory=RoleTags)
+    shard_of: int | None = None
+    """The index of the dataset entry (a directory or pattern) this file is a shard of; its ``weight`` and
+    ``max_samples`` are then the whole entry's, shared among its shards by their records
+    (:func:`vlforge.data.mixture.shares`). None: the entry is this one file."""
 
 
 def load_config(data: dict[str, Any] | str | Path) -> DataConfig:
@@ -418,7 +422,7 @@ def resolve_entries(config: DataConfig, base_dir: str | Path = ".") -> list[Reso
         entries, base = read_dataset_yaml(yaml_path), yaml_path.parent
     if not entries:
         raise ConfigError("datasets: no dataset entries")
-    return [resolved for e in entries for resolved in resolve_entry_files(e, base)]
+    return [resolved for i, e in enumerate(entries) for resolved in resolve_entry_files(e, base, i)]
 
 
 def _as_named(path: Path) -> Path:
@@ -495,18 +499,16 @@ def shard_files(base: Path, named: str, data_type: str | None = None) -> list[Pa
     return files
 
 
-def resolve_entry_files(entry: DatasetEntry, base: Path) -> list[ResolvedEntry]:
-    """``entry`` resolved (:func:`resolve_entry`); a directory or glob pattern is one entry per data file it names,
-    which share its ``weight`` and ``max_samples`` equally and its ``data_folder`` (default: the directory, or the
-    pattern's fixed part)."""
+def resolve_entry_files(entry: DatasetEntry, base: Path, index: int = 0) -> list[ResolvedEntry]:
+    """``entry`` (the ``index``-th of its list) resolved (:func:`resolve_entry`); a directory or glob pattern is one
+    entry per data file it names, each a shard of ``index`` holding the entry's ``weight``, ``max_samples``
+    (shared by records when read) and ``data_folder`` (default: the directory, or the pattern's fixed part)."""
     if not names_shards(base / entry.path, entry.path):
         return [resolve_entry(entry, base)]
     files = [_as_named(file) for file in shard_files(base, entry.path, entry.data_type)]
     folder = _as_named(base / entry.data_folder if entry.data_folder else _shard_root(base, entry.path)[0])
-    share, extra = divmod(entry.max_samples, len(files)) if entry.max_samples is not None else (None, 0)
-    return [ResolvedEntry(file, folder, entry.data_type or infer_data_type(file), entry.weight / len(files),
-                          None if share is None else share + (i < extra), entry.layout, entry.columns, entry.tags)
-            for i, file in enumerate(files)]
+    return [ResolvedEntry(file, folder, entry.data_type or infer_data_type(file), entry.weight, entry.max_samples,
+                          entry.layout, entry.columns, entry.tags, shard_of=index) for file in files]
 
 
 def resolve_entry(entry: DatasetEntry, base: Path) -> ResolvedEntry:

@@ -31,6 +31,7 @@ from typing import Any
 from vlforge.data.config import DataConfig, ResolvedEntry, resolve_entries
 from vlforge.data.errors import SampleError
 from vlforge.data.layouts import file_format
+from vlforge.data.mixture import shares
 from vlforge.data.packing import Binner
 from vlforge.data.schema import parse_conversation
 from vlforge.data.sources import open_source
@@ -75,15 +76,16 @@ class BatchEstimate:
 def record_counts(entries: list[ResolvedEntry], *, positions: bool = False) -> list[int]:
     """Records per epoch of each entry, from metadata (``max_samples`` applied); with ``positions`` the
     positions instead (JSONL lines, blank ones included)."""
-    counts = []
+    held, spans = [], []
     for entry in entries:
         source = open_source(entry.path, entry.data_type)
         try:
-            n = source.extent() if positions else source.records()
+            held.append(source.records())
+            spans.append(source.extent() if positions else held[-1])
         finally:
             source.close()
-        counts.append(n if entry.max_samples is None else min(n, entry.max_samples))
-    return counts
+    limits = [limit for _, limit in shares(entries, held.__getitem__)]
+    return [n if limit is None else min(n, limit) for n, limit in zip(spans, limits, strict=True)]
 
 
 def fingerprint(path: Path, chunks: int = 8, chunk_size: int = 1 << 16) -> str:
