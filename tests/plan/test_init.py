@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from vlforge.cli import app
 from vlforge.config.load import load_config
 from vlforge.config.validate import check
-from vlforge.errors import OutputError
+from vlforge.errors import ConfigError, OutputError
 from vlforge.outputs import owned
 from vlforge.plan.options import parse_memory
 from vlforge.plan.report import make_plan
@@ -106,6 +106,27 @@ def test_text_only_data_freezes_the_vision_tower_and_prints_on_stdout(data: Path
     cfg = yaml.safe_load(result.stdout)  # without --out: the config alone on stdout, the summary on stderr
     assert cfg["model"]["freeze_modules"] == ["visual"] and "processor" not in cfg and "video" not in cfg
     assert "init: 8 of 8 sampled records usable" in result.stderr
+
+
+def test_a_directory_or_pattern_of_shards_is_the_data(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shards = data / "shards"
+    shards.mkdir(exist_ok=True)
+    for name in ("mine.jsonl", "text.jsonl"):
+        (shards / name).write_bytes((data / name).read_bytes())
+    (shards / "big.png").write_bytes((data / "big.png").read_bytes())
+    (shards / "small.png").write_bytes((data / "small.png").read_bytes())
+    result = _init(data, monkeypatch, "--model", "tiny:qwen3_vl", "--data", "shards/*.jsonl", "--gpu-memory", "24GB")
+    assert result.exit_code == 0, result.output
+    cfg = yaml.safe_load(result.stdout)
+    assert cfg["data"]["dataset_path"] == "shards/*.jsonl" and cfg["checkpointing"]["output_dir"] == "output/run"
+    assert "(24 in the data)" in result.stderr  # the 16 and 8 records of both files
+    whole = _init(data, monkeypatch, "--model", "tiny:qwen3_vl", "--data", "shards", "--gpu-memory", "24GB")
+    assert whole.exit_code == 0, whole.output
+    assert yaml.safe_load(whole.stdout)["checkpointing"]["output_dir"] == "output/shards"
+    for bad, said in (("shards/*.parquet", "shards/*.parquet: the pattern matches no file"),
+                      ("nothing/*.jsonl", "nothing/*.jsonl: the pattern matches no file")):
+        refused = _init(data, monkeypatch, "--model", "tiny:qwen3_vl", "--data", bad)
+        assert isinstance(refused.exception, ConfigError) and str(refused.exception) == f"--data {said}"
 
 
 def test_a_file_of_yours_is_never_overwritten(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,6 +32,7 @@ from vlforge.data.config import (
     SourceFields,
     VideoFields,
     field_error,
+    shard_like,
     unknown_suffix,
 )
 from vlforge.errors import did_you_mean
@@ -85,7 +86,8 @@ class DataSection(SourceFields):
         if self.dataset_path is not None:
             suffix = PurePath(self.dataset_path).suffix.lower()
             if suffix in COMPRESSED_SUFFIXES or (self.dataset_format is None and suffix not in DATA_SUFFIXES
-                                                 and suffix not in DATASET_LIST_SUFFIXES):
+                                                 and suffix not in DATASET_LIST_SUFFIXES
+                                                 and not shard_like(self.dataset_path)):
                 raise field_error("dataset_path" if suffix in COMPRESSED_SUFFIXES else "dataset_format",
                                   f"{self.dataset_path!r}: {unknown_suffix(self.dataset_path, 'dataset_format')}")
         return self

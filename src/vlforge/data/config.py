@@ -215,9 +215,9 @@ class DatasetEntry(StrictModel):
 
     @model_validator(mode="after")
     def _known_type(self) -> DatasetEntry:
-        suffix = PurePath(self.path).suffix.lower()  # none, or a folder's: a directory of shards (checked when read)
-        shards = not suffix or Path(self.path).is_dir() or bool(_GLOB.search(PurePath(self.path).name))
-        if suffix in COMPRESSED_SUFFIXES or (self.data_type is None and not shards and suffix not in DATA_SUFFIXES):
+        suffix = PurePath(self.path).suffix.lower()
+        if suffix in COMPRESSED_SUFFIXES or (self.data_type is None and not shard_like(self.path)
+                                             and suffix not in DATA_SUFFIXES):
             raise field_error("path" if suffix in COMPRESSED_SUFFIXES else "data_type",
                               f"{self.path!r}: {unknown_suffix(self.path)}")
         return self
@@ -438,6 +438,12 @@ _METADATA_FILES = frozenset({"dataset_info.json", "state.json", "dataset_dict.js
 """Files of a ``save_to_disk`` directory that are not data."""
 _MAX_WALK = 100_000
 """Entries a directory of shards may hold below it (an image folder named by mistake is refused, not walked)."""
+
+
+def shard_like(path: str) -> bool:
+    """Whether ``path`` may name shards rather than one file, as a config is validated (the files are checked when
+    read): no suffix (or a folder's), an existing directory, or glob characters in its last part."""
+    return not PurePath(path).suffix or Path(path).is_dir() or bool(_GLOB.search(PurePath(path).name))
 
 
 def names_shards(path: Path, named: str | None = None) -> bool:

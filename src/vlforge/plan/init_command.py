@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field
 
 from vlforge.command import Cli, Job
-from vlforge.errors import ConfigError, ExitCode
+from vlforge.errors import ConfigError, DataError, ExitCode
 from vlforge.flags import Flag
 from vlforge.plan.options import check_layout, parse_memory
 from vlforge.strict import StrictModel
@@ -38,7 +38,8 @@ class InitFlags(StrictModel):
     model: Annotated[str, Flag("--model", "-m")]
     """Model to fine-tune: a checkpoint directory, a tiny:/real: preset or a hub id already in the cache."""
     data: Path
-    """Training data: a .jsonl/.json/.parquet/.arrow file of chat records (docs/data.md), or a dataset YAML."""
+    """Training data: a .jsonl/.json/.parquet/.arrow file of chat records (docs/data.md), a directory or quoted glob
+    pattern of such files (data/train-*.parquet), or a dataset YAML."""
     gpus: int = 1
     """GPUs (processes) per node the config must fit."""
     nodes: int = 1
@@ -64,7 +65,7 @@ def from_flags(flags: InitFlags, as_json: bool) -> InitRun:
 
 def check(run: InitRun) -> None:
     """Sizes, the output path, the data file and the model reference, before torch is imported."""
-    from vlforge.data.config import DATA_SUFFIXES, DATASET_LIST_SUFFIXES
+    from vlforge.data.config import DATA_SUFFIXES, DATASET_LIST_SUFFIXES, names_shards, shard_files
     from vlforge.models.refs import check_model_ref
     from vlforge.outputs import check_output_file
 
@@ -73,10 +74,17 @@ def check(run: InitRun) -> None:
     if flags.out is not None:
         check_output_file(flags.out, flag="--out")
     data = flags.data
+    if names_shards(data, str(data)):  # a directory or pattern of shards: the data files it names
+        try:
+            shard_files(Path(), str(data))
+        except DataError as error:
+            raise ConfigError(f"--data {error}") from None
+        check_model_ref(flags.model)
+        return
     if not data.exists():
         raise ConfigError(f"--data {data}: file not found")
     if not data.is_file():
-        raise ConfigError(f"--data {data}: is a directory; give a data file or a dataset YAML")
+        raise ConfigError(f"--data {data}: not a file or directory")
     suffix = data.suffix.lower()
     if suffix not in DATA_SUFFIXES and suffix not in DATASET_LIST_SUFFIXES:
         known = ", ".join(sorted({*DATA_SUFFIXES, *DATASET_LIST_SUFFIXES}))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -186,7 +187,7 @@ def make_starter(model: str, data: str, *, gpus: int = 1, nodes: int = 1, gpu_me
     from vlforge.plan.report import device_budget, make_plan
 
     world = gpus * nodes
-    output_dir = output_dir or f"output/{PurePath(data).stem or 'run'}"
+    output_dir = output_dir or output_dir_for(None, data)
     values = base_config(model, data, output_dir)
     model_config = load_model_config(model)
     first = TrainConfig.model_validate(values)
@@ -335,5 +336,7 @@ def render(starter: Starter, *, model: str, data: str, hardware: str, config_nam
 
 
 def output_dir_for(out: Path | None, data: str) -> str:
-    """``output/<name>``: the config's name, else the data file's."""
-    return f"output/{(out.stem if out else PurePath(data).stem) or 'run'}"
+    """``output/<name>``: the config's name, else the data file's or directory's (a pattern's glob characters
+    left out: ``data/train-*.parquet`` -> ``output/train``)."""
+    name = out.stem if out else re.sub(r"[*?[\]]", "", PurePath(data).stem).strip("-_.")
+    return f"output/{name or 'run'}"
