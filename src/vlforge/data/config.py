@@ -425,7 +425,7 @@ def resolve_entries(config: DataConfig, base_dir: str | Path = ".") -> list[Reso
     return [resolved for i, e in enumerate(entries) for resolved in resolve_entry_files(e, base, i)]
 
 
-def _as_named(path: Path) -> Path:
+def as_named(path: Path) -> Path:
     """``path`` made absolute without following links or folding ``..`` as text (the OS resolves a ``..`` after a
     linked folder where the link points, as it will when the file is opened)."""
     return path if path.is_absolute() else Path.cwd() / path
@@ -511,15 +511,15 @@ def resolve_entry_files(entry: DatasetEntry, base: Path, index: int = 0) -> list
     (shared by records when read) and ``data_folder`` (default: the directory, or the pattern's fixed part)."""
     if not names_shards(base / entry.path, entry.path):
         return [resolve_entry(entry, base)]
-    files = [_as_named(file) for file in shard_files(base, entry.path, entry.data_type)]
-    folder = _as_named(base / entry.data_folder if entry.data_folder else _shard_root(base, entry.path)[0])
+    files = [as_named(file) for file in shard_files(base, entry.path, entry.data_type)]
+    folder = as_named(base / entry.data_folder if entry.data_folder else _shard_root(base, entry.path)[0])
     return [ResolvedEntry(file, folder, entry.data_type or infer_data_type(file), entry.weight, entry.max_samples,
                           entry.layout, entry.columns, entry.tags, shard_of=index) for file in files]
 
 
 def resolve_entry(entry: DatasetEntry, base: Path) -> ResolvedEntry:
     """``entry`` with its path and data folder made absolute (relative to ``base``) and its data type decided."""
-    path = _as_named(base / entry.path)  # a hub-cache link keeps its name and folder
-    folder = _as_named(base / entry.data_folder) if entry.data_folder else path.parent
+    path = as_named(base / entry.path)  # a hub-cache link keeps its name and folder
+    folder = as_named(base / entry.data_folder) if entry.data_folder else path.parent
     kind = entry.data_type or infer_data_type(path)
     return ResolvedEntry(path, folder, kind, entry.weight, entry.max_samples, entry.layout, entry.columns, entry.tags)

@@ -29,6 +29,7 @@ from urllib.parse import unquote
 
 from PIL import Image, UnidentifiedImageError
 
+from vlforge.data.config import as_named
 from vlforge.data.errors import SampleError
 
 _OBJECT_REPR = re.compile(r"<_io\.\w+ object at 0x[0-9a-f]+>")
@@ -84,7 +85,7 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
     # a file:// URL as qwen-vl-utils reads it: the rest is the path (file:///abs, file://relative)
     path = Path(unquote(ref[len("file://"):])) if scheme else Path(ref).expanduser()
     if not path.is_absolute():  # inside data_folder as written: its symlinks (LLaVA's, the hub cache's) are followed
-        root = Path(data_folder) if Path(data_folder).is_absolute() else Path.cwd() / data_folder  # as named
+        root = as_named(Path(data_folder))
         path = root / path
         if not allow_path_escape and not Path(os.path.normpath(path)).is_relative_to(os.path.normpath(root)):
             fail("path_escape", f"media path {ref!r} leaves data_folder {str(root)!r} "
