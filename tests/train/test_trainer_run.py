@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from vlforge.cli import app
 from vlforge.config.schema import TrainConfig
+from vlforge.errors import ConfigError
 from vlforge.train.loss import model_inputs
 from vlforge.train.trainer import Trainer, run
 
@@ -123,6 +124,41 @@ def test_export_copies_the_source_tokenizer_without_reading_it(finished, model_p
     out = export_checkpoint(checkpoint, tmp_path / "hf", source=str(source))
     assert (out / "tokenizer.json").read_bytes() == (source / "tokenizer.json").read_bytes()
     assert exported_weights(out).keys() == exported_weights(finished[1] / "final").keys()
+
+
+def test_export_of_a_damaged_checkpoint_or_another_model_is_one_line(finished, tmp_path):
+    """What `vlforge export` says of a checkpoint it cannot use: one line naming the file or the model, exit 2, no
+    traceback, nothing written (each before the model loads, but the source's shapes)."""
+    import shutil
+
+    checkpoint = max(finished[1].glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+
+    def export(path, *extra):
+        done = runner.invoke(app, ["export", str(path), str(tmp_path / "hf"), *extra])
+        assert not (tmp_path / "hf").exists()
+        return done
+
+    def damaged(change):
+        copy = tmp_path / "damaged"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(checkpoint, copy)
+        change(copy)
+        return export(copy)
+
+    for change, said in (
+        (lambda c: (c / "trainer_state.json").write_text("{bad"), "trainer_state.json is not JSON"),
+        (lambda c: (c / "weights" / ".metadata").unlink(), "weights/.metadata is missing"),
+        (lambda c: next((c / "weights").glob("*.distcp")).write_bytes(b"half"), ".distcp has 4 bytes"),
+    ):
+        done = damaged(change)
+        assert done.exit_code == 1 and isinstance(done.exception, ConfigError), done.output  # the CLI: exit 2
+        assert str(done.exception).startswith(f"{tmp_path / 'damaged'}: not a complete vlforge checkpoint: ")
+        assert said in str(done.exception)
+    gone = export(tmp_path / "nothere")
+    assert str(gone.exception) == f"{tmp_path / 'nothere'}: not found"
+    other = export(checkpoint, "--source", "tiny:qwen2_vl")
+    assert isinstance(other.exception, ConfigError), other.output
+    assert str(other.exception).startswith(f"--source tiny:qwen2_vl: {checkpoint} holds another model's weights (")
 
 
 @pytest.mark.parametrize(

@@ -132,15 +132,18 @@ def resume_target(resume: str, output_dir: Path, *, warn: bool = True) -> Path |
     return path
 
 
-def check_same_model(path: Path, model_state: dict[str, Any]) -> None:
-    """Raise a :class:`ConfigError` when the checkpoint's weights are not this model's (names and shapes from
-    the DCP metadata against ``model_state``), instead of DCP's traceback half-way through loading."""
+def check_same_model(path: Path, model_state: dict[str, Any], *, key: str = "checkpointing.resume",
+                     advice: str = "resume from a checkpoint of this model, or set checkpointing.resume: none with a "
+                                   "new output_dir") -> None:
+    """Raise a :class:`ConfigError` (``key``: what the line names first; ``advice``: what to do) when the
+    checkpoint's weights are not this model's (names and shapes from the DCP metadata against ``model_state``),
+    instead of DCP's traceback half-way through loading."""
     from torch.distributed.checkpoint import FileSystemReader
 
     try:
         saved = FileSystemReader(str(path / WEIGHTS_DIR)).read_metadata().state_dict_metadata
     except Exception as error:  # a damaged metadata file
-        raise ConfigError(f"checkpointing.resume: {path / WEIGHTS_DIR / '.metadata'} cannot be read "
+        raise ConfigError(f"{key}: {path / WEIGHTS_DIR / '.metadata'} cannot be read "
                           f"({type(error).__name__}: {error})") from None
     shapes = {key[len("model."):]: tuple(getattr(meta, "size", ())) for key, meta in saved.items()
               if key.startswith("model.")}
@@ -154,8 +157,7 @@ def check_same_model(path: Path, model_state: dict[str, Any]) -> None:
             f"{len(unexpected)} not in this model (e.g. {unexpected[0]})" if unexpected else "",
             f"{len(resized)} of another shape (e.g. {resized[0]}: {shapes[resized[0]]} saved, "
             f"{wanted[resized[0]]} here)" if resized else "") if part)
-        raise ConfigError(f"checkpointing.resume: {path} holds another model's weights ({detail}); resume from "
-                          "a checkpoint of this model, or set checkpointing.resume: none with a new output_dir")
+        raise ConfigError(f"{key}: {path} holds another model's weights ({detail}); {advice}")
 
 
 def rng_state() -> dict[str, Any]:

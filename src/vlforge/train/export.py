@@ -31,7 +31,14 @@ from vlforge.errors import ConfigError
 from vlforge.flags import Arg
 from vlforge.outputs import check_output_dir, staged_dir
 from vlforge.strict import StrictModel
-from vlforge.train.checkpoint import STATE_FILE, WEIGHTS_DIR, quiet_single_process, read_state
+from vlforge.train.checkpoint import (
+    STATE_FILE,
+    WEIGHTS_DIR,
+    check_same_model,
+    problem,
+    quiet_single_process,
+    read_state,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,11 +61,11 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
     from vlforge.models.portable import make_portable
 
     checkpoint, out = Path(checkpoint), Path(out)
-    if not (checkpoint / STATE_FILE).is_file():
-        raise ConfigError(f"{checkpoint} is not a vlforge checkpoint (no {STATE_FILE})")
+    check_checkpoint(checkpoint)
     out = check_output_dir(out, flag="export directory", mode="replace" if replace else "new",
                            required_bytes=_weights_bytes(checkpoint))
     state = read_state(checkpoint)
+    key = f"--source {source}" if source else f"the run's model ({STATE_FILE})"
     source = source or state.get("model_path") or state.get("model_source")
     if not source:
         raise ConfigError(f"{checkpoint / STATE_FILE} names no source model; pass the source explicitly")
@@ -71,8 +78,13 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
 
         model = apply_lora(model, LoraConfig.model_validate(lora))
     weights = get_model_state_dict(model)
-    with quiet_single_process():
-        dcp.load({"model": weights}, checkpoint_id=checkpoint / WEIGHTS_DIR, no_dist=True)  # rank 0 alone
+    check_same_model(checkpoint, weights, key=key,
+                     advice="export it with the --source model it was trained from")
+    try:
+        with quiet_single_process():
+            dcp.load({"model": weights}, checkpoint_id=checkpoint / WEIGHTS_DIR, no_dist=True)  # rank 0 alone
+    except Exception as error:  # bytes changed in place: the ledger's sizes hold, the contents do not
+        raise ConfigError(f"{checkpoint / WEIGHTS_DIR}: cannot be read ({_first_line(error)})") from None
     set_model_state_dict(model, weights)
     overrides = (state.get("config") or {}).get("model", {}).get("overwrite_config")
     if overrides:  # the trained model's config (LMMS Engine's overwrite_config), as training set it
@@ -96,6 +108,22 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
     return out
 
 
+def check_checkpoint(checkpoint: Path) -> None:
+    """A :class:`ConfigError` naming ``checkpoint`` unless it is a complete vlforge checkpoint (:func:`problem`)."""
+    if not checkpoint.exists():
+        raise ConfigError(f"{checkpoint}: not found")
+    if not checkpoint.is_dir():
+        raise ConfigError(f"{checkpoint}: not a directory (a checkpoint is OUTPUT_DIR/checkpoint-STEP)")
+    found = problem(checkpoint)
+    if found is not None:
+        raise ConfigError(f"{checkpoint}: not a complete vlforge checkpoint: {found}")
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}"[:300]
+
+
 def _weights_bytes(checkpoint: Path) -> int:
     """About the export's size: a third of the checkpoint's DCP bytes (fp32 weights + AdamW's two moments)."""
     weights = checkpoint / WEIGHTS_DIR
@@ -115,10 +143,7 @@ class ExportRequest(StrictModel):
 
 
 def _check_request(request: ExportRequest) -> None:
-    from vlforge.outputs import check_output_dir
-
-    if not (Path(request.checkpoint) / "trainer_state.json").is_file():
-        raise ConfigError(f"{request.checkpoint}: not a training checkpoint (no trainer_state.json)")
+    check_checkpoint(Path(request.checkpoint))
     check_output_dir(Path(request.out), flag="export directory", mode="new")
 
 
