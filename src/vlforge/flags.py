@@ -189,6 +189,8 @@ def build(model: type[StrictModel], values: dict[str, Any]) -> Any:
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         loc = [str(part) for part in first["loc"]]
+        if first["type"] == "vlforge_field":  # a check of several fields names the one at fault
+            loc += first["ctx"]["field"].split(".")
         where = flag_of(model, loc[0]) if loc and loc[0] in fields else ".".join(loc) or model.__name__
         message = first["msg"].removeprefix("Value error, ")
         raise ConfigError(f"{where}: {message}") from None

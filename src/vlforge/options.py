@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from vlforge.errors import ConfigError, VlforgeError
+from vlforge.strict import error_line
 
 
 def build_options(cls: type[BaseModel], **values: Any) -> Any:
@@ -21,9 +22,7 @@ def build_options(cls: type[BaseModel], **values: Any) -> Any:
     try:
         return cls(**values)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or cls.__name__
-        raise ConfigError(f"{where}: {first['msg'].removeprefix('Value error, ')}") from None
+        raise ConfigError(error_line(error, cls)) from None
 
 
 def parse_list(text: str | Sequence[str] | None, *, cast: Any = str, flag: str = "") -> list[Any]:

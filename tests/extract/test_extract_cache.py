@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 from extractkit import cache_files, image_record, text_record, write_config, write_images, write_jsonl
 
+from vlforge.errors import DataError
 from vlforge.extract import CacheError, open_cache, run_extract
 
 
@@ -112,8 +114,21 @@ def test_other_options_are_refused_unless_overwrite(tmp_path, qwen3_ckpt, image_
         run_extract(**common, batch_size=4, shard_size=16)
     message = str(err.value)
     assert "\n" not in message and "options.batch_size was 8, now 4" in message and "--overwrite" in message
-    with pytest.raises(CacheError, match=r"model\.weights_sha256"):
+    with pytest.raises(CacheError, match=r"model\.weights_sha256 was '[0-9a-f]+', now '[0-9a-f]+'; the cache's "
+                                         r"model is '.+', this run's 'tiny:qwen3_vl@1'\)"):
         run_extract(**{**common, "model": "tiny:qwen3_vl@1", "loaded": None}, batch_size=8, shard_size=16)
+    # options are compared before the model loads (this preset's weights are nowhere here)
+    with pytest.raises(CacheError, match=r"other options \(options\.features was \['hidden_last'\], now "
+                                         r"\['hidden_mean'\]\)"):
+        run_extract(**{**common, "model": "real:qwen3_vl_2b", "loaded": None, "features": ["hidden_mean"]},
+                    batch_size=8, shard_size=16)
+    records = image_dataset.parent / "train.jsonl"  # one more record: the entry's first differing value, not the list
+    changed = records.parent / "changed.jsonl"
+    changed.write_text(records.read_text() + records.read_text().splitlines()[0] + "\n")
+    with pytest.raises(CacheError) as err:
+        run_extract(**{**common, "data": str(changed)}, batch_size=8, shard_size=16)
+    assert re.search(r"\(data\.entries\[0\]\.file was 'train\.jsonl', now 'changed\.jsonl'\)", str(err.value)), \
+        err.value
     summary = run_extract(**common, batch_size=4, shard_size=16, overwrite=True)
     assert summary.shards_written == 2 and summary.complete
     manifest = json.loads((out / "manifest.json").read_text())
@@ -153,6 +168,16 @@ def test_bad_options_are_one_line_errors(tmp_path, qwen3_ckpt, image_dataset, lo
         run_extract(model=str(qwen3_ckpt), data=str(image_dataset), out=tmp_path / "c", layers=[-4],
                     features=["hidden_mean"])
     assert not (tmp_path / "c").exists()
+    with pytest.raises(ConfigError, match=r"dtype: unknown dtype 'auto'; use one of bf16, "):
+        run_extract(model=str(qwen3_ckpt), data=str(image_dataset), out=tmp_path / "d", dtype="auto")
+    with pytest.raises(ConfigError, match=r"layers: 1 picks the hidden states of hidden_mean and hidden_last: add "
+                                          r"one to --features, or leave --layers out"):
+        run_extract(model=str(qwen3_ckpt), data=str(image_dataset), out=tmp_path / "e", layers=[1],
+                    features=["vision_pooled"])
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(DataError, match=r"empty\.jsonl: the datasets hold no records"):
+        run_extract(model=str(qwen3_ckpt), data=str(empty), out=tmp_path / "f", loaded=loaded)
 
 
 def test_dataloader_workers_give_the_same_cache(mixed, qwen3_ckpt, loaded, tmp_path):

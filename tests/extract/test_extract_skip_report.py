@@ -53,9 +53,11 @@ def test_default_limit_exits_2_after_writing_the_report(tmp_path, monkeypatch):
     data = write_bad_dataset(tmp_path / "data")
     out = tmp_path / "cache"
     code, stdout, stderr = vlforge_cli(_argv(data, out, "--json"), monkeypatch)
-    assert code == 2 and stdout == ""
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in stderr
+    assert code == 2 and len(errors) == 1 and "Traceback" not in stderr
+    summary = json.loads(stdout)  # --json: the summary of the written cache, the verdict in the exit code
+    assert summary["complete"] and summary["skip_limit"] == errors[0].removeprefix("error: ")
+    assert summary["cache"]["num_skipped"] == 5 and summary["rows_written"] == 10
     for words in (f"extract {out}: 5 of 15 samples skipped (33.3%)", "more than --max-skip-fraction = 0.1 allows",
                   "top reasons: corrupt_image=1, corrupt_video=1, malformed_json=1", "bad.jsonl:line 2",
                   f"details in {out / 'errors.jsonl'}", "raise --max-skip-fraction"):

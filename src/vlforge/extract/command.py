@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
-from vlforge.command import Cli, Job, always_ok
+from vlforge.command import Cli, Job
+from vlforge.errors import ExitCode
 from vlforge.extract.options import ExtractOptions
 from vlforge.flags import Flag
 
@@ -49,15 +50,20 @@ def check(run: ExtractRun) -> None:
 def extract(run: ExtractRun) -> ExtractSummary:
     from vlforge.extract.runner import run_extract
 
-    return run_extract(run.options, progress=run.progress)
+    return run_extract(run.options, progress=run.progress, raise_on_limit=False)
 
 
 def render(run: ExtractRun, summary: ExtractSummary, console: Any) -> None:
     """People read the log lines the extraction wrote; nothing more goes to stdout."""
 
 
+def _exit_code(summary: ExtractSummary) -> int:
+    """2 when the skipped share is over ``--max-skip-fraction`` (the cache and its report are written)."""
+    return ExitCode.BAD_INPUT if summary.skip_limit else ExitCode.OK
+
+
 JOB: Job[ExtractRun, ExtractSummary] = Job(
     check=check, run=extract, render=render, to_json=lambda summary: json.dumps(summary.to_dict(), indent=2),
-    exit_code=always_ok,
+    exit_code=_exit_code, verdict_lines=lambda summary: [f"error: {summary.skip_limit}"] if summary.skip_limit else [],
 )
 CLI = Cli(flags=ExtractFlags, job=JOB, to_options=from_flags)

@@ -77,12 +77,50 @@ def read_manifest(root: Path) -> dict[str, Any] | None:
 
 
 def _difference(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """The first part of the cache's key that differs, down to one value (``data.entries[1].sha256 was ...``); for
+    the model, the two model ids beside it."""
     for section in ("model", "options", "data"):
         a, b = old.get(section, {}), new.get(section, {})
-        for key in sorted(set(a) | set(b)):
-            if key not in ("id", "path") and a.get(key) != b.get(key):
-                return f"{section}.{key} was {a.get(key)!r}, now {b.get(key)!r}"
+        ignored = ("id", "path") if section == "model" else ()
+        found = _first_difference(section, {k: v for k, v in a.items() if k not in ignored},
+                                  {k: v for k, v in b.items() if k not in ignored})
+        if found is not None:
+            if section == "model":
+                found += f"; the cache's model is {a.get('id')!r}, this run's {b.get('id')!r}"
+            return found
     return "fingerprint differs"
+
+
+def _first_difference(where: str, a: Any, b: Any) -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return next((found for key in sorted(set(a) | set(b))
+                     if (found := _first_difference(f"{where}.{key}", a.get(key), b.get(key))) is not None), None)
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b) and any(
+            isinstance(item, (dict, list)) for item in a):
+        return next((found for i, (x, y) in enumerate(zip(a, b, strict=True))
+                     if (found := _first_difference(f"{where}[{i}]", x, y)) is not None), None)
+    if a == b:
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) != len(b) and any(isinstance(x, dict) for x in a + b):
+        return f"{where} has {len(b)} entries, the cache's {len(a)}"
+    return f"{where} was {_short(a)}, now {_short(b)}"
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def check_options(root: Path, options: dict[str, Any]) -> None:
+    """Before the model loads: a cache in ``root`` made with other options (``--batch-size``, ``--features``, ...)
+    is refused at once, as :func:`prepare` would refuse it after loading the model."""
+    existing = read_manifest(root) if root.is_dir() else None
+    if existing is None or "options" not in existing:
+        return
+    found = _first_difference("options", existing["options"], json.loads(json.dumps(options)))
+    if found is not None:
+        raise CacheError(f"{root} holds a cache of other options ({found}); use --overwrite to replace it or choose "
+                         "another --out")
 
 
 def check_target(root: Path) -> None:

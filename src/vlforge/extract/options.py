@@ -12,10 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
+from vlforge.data.config import field_error
 from vlforge.errors import did_you_mean
 from vlforge.flags import Flag
+from vlforge.models.refs import dtype_name
 from vlforge.strict import StrictModel
 
 #: What can be stored, per sample (see docs/extract.md for the shapes).
@@ -48,7 +50,7 @@ class ExtractOptions(StrictModel):
     layers: Annotated[list[int], Flag(split=int)] = Field(default_factory=lambda: [-1])
     """hidden_states indices for hidden_*: 0 embeddings, -1 last (post-norm) (fixed for a cache)."""
     dtype: str = "float32"
-    """float32, bfloat16 or float16 (fixed for a cache)."""
+    """float32, bfloat16 or float16 (or fp32, bf16, fp16; fixed for a cache)."""
     batch_size: int = Field(8, gt=0)
     """Samples per forward (fixed for a cache: it changes numerics)."""
     shard_size: int = Field(256, gt=0)
@@ -93,6 +95,20 @@ class ExtractOptions(StrictModel):
         if len(set(value)) != len(value):
             raise ValueError(f"layers has duplicates: {value}")
         return value
+
+    @field_validator("dtype")
+    @classmethod
+    def _dtype(cls, value: str) -> str:
+        dtype_name(value)  # an unknown name (or auto: a cache has one dtype) is refused here, before the model loads
+        return value
+
+    @model_validator(mode="after")
+    def _layers_need_hidden_features(self) -> ExtractOptions:
+        if "layers" in self.model_fields_set and self.layers != [-1] and not self.needs_language_model:
+            raise field_error("layers", f"{','.join(map(str, self.layers))} picks the hidden states of "
+                                        f"{' and '.join(HIDDEN_FEATURES)}: add one to --features, or leave --layers "
+                                        "out")
+        return self
 
     @property
     def needs_language_model(self) -> bool:

@@ -25,6 +25,7 @@ import yaml
 
 from vlforge.config.data_check import path_problem
 from vlforge.data.config import (
+    COMPRESSED_SUFFIXES,
     DATA_SUFFIXES,
     DataConfig,
     ResolvedEntry,
@@ -32,6 +33,7 @@ from vlforge.data.config import (
     names_shards,
     resolve_entries,
     shard_files,
+    unknown_suffix,
 )
 from vlforge.errors import ConfigError, DataError
 from vlforge.models.families import names, supports
@@ -49,6 +51,8 @@ def preflight(opts: ExtractOptions) -> tuple[Path, DataConfig, Path, list[Resolv
 
     root = check_output_dir(opts.out, flag="--out", mode="into")
     manifest.check_target(root)
+    if not opts.overwrite:
+        manifest.check_options(root, opts.cache_options())  # the rest of the cache's key needs the model
     cfg, base = data_config(opts.data, on_error=opts.on_error)
     entries = resolve_entries(cfg, base)
     check_entries(entries)
@@ -87,8 +91,11 @@ def data_config(data: str | Path, *, on_error: str) -> tuple[DataConfig, Path]:
         base = path.parent
     elif path.suffix.lower() in DATA_SUFFIXES:
         cfg, base = DataConfig(datasets=[{"path": os.path.abspath(path)}]), Path(".")
+    elif path.suffix.lower() in COMPRESSED_SUFFIXES:
+        raise ConfigError(f"--data {path}: {unknown_suffix(path)}")
     else:
-        raise ConfigError(f"--data {path}: expected a .jsonl/.json/.parquet/.arrow dataset or a .yaml config")
+        raise ConfigError(f"--data {path}: expected a .jsonl/.json/.parquet/.arrow dataset, a directory or glob "
+                          "pattern of them, or a .yaml config")
     if cfg.epochs is None:
         raise ConfigError(f"{path}: epochs: null (repeat forever) cannot be extracted; use epochs: 1")
     # extract skips what it cannot use (--on-error skip): an over-long sample too, unless the file says otherwise

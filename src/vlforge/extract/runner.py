@@ -71,6 +71,8 @@ class ExtractSummary:
     seconds: float = 0.0
     complete: bool = False
     manifest: dict[str, Any] | None = None
+    skip_limit: str | None = None
+    """The one line of a cache whose skipped share is over ``max_skip_fraction`` (the cache is complete)."""
 
     @property
     def samples_per_second(self) -> float:
@@ -151,11 +153,12 @@ def _progress(enabled: bool, total: int):
 
 
 def run_extract(options: ExtractOptions | None = None, *, progress: bool = False, loaded: Any = None,
-                **kwargs: Any) -> ExtractSummary:
+                raise_on_limit: bool = True, **kwargs: Any) -> ExtractSummary:
     """Extract features into ``options.out`` (or build the options from ``kwargs``); see the module docstring.
 
     ``loaded``: an already loaded ``vlforge.models.LoadedModel`` of ``options.model`` to use (and patch)
-    instead of loading it again; its dtype must be ``options.dtype``.
+    instead of loading it again; its dtype must be ``options.dtype``. ``raise_on_limit``: a skipped share over
+    ``max_skip_fraction`` raises :class:`SkipLimitError` (else the summary's ``skip_limit`` holds its line).
     """
     if options is None:
         options = build_options(ExtractOptions, **kwargs)
@@ -164,9 +167,12 @@ def run_extract(options: ExtractOptions | None = None, *, progress: bool = False
     start = time.perf_counter()
     ctx = init_distributed(backend="gloo", device=_device(options.device))
     try:
-        return _run(options, ctx, progress, start, loaded)
+        summary = _run(options, ctx, progress, start, loaded)
     finally:
         ctx.close()
+    if summary.skip_limit is not None and raise_on_limit:
+        raise SkipLimitError(summary.skip_limit)
+    return summary
 
 
 def _run(opts: ExtractOptions, ctx: DistContext, progress: bool, start: float, loaded: Any) -> ExtractSummary:
@@ -198,6 +204,8 @@ def _run(opts: ExtractOptions, ctx: DistContext, progress: bool, start: float, l
     if ctx.rank == 0:
         try:
             total = count_records(entries)
+            if not total:
+                raise DataError(f"--data {opts.data}: the datasets hold no records")
             header = _header(opts, loaded, processor, cfg, entries, total, extractor)
             resumed = mf.prepare(root, header, overwrite=opts.overwrite)
             stale = remove_stale(root)
@@ -245,7 +253,7 @@ def _run(opts: ExtractOptions, ctx: DistContext, progress: bool, start: float, l
     summary.seconds = time.perf_counter() - start
     _log_summary(summary)
     if verdict is not None:
-        raise SkipLimitError(verdict["limit"])
+        summary.skip_limit = verdict["limit"]
     return summary
 
 
