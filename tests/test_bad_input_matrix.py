@@ -301,6 +301,8 @@ CASES: list[Case] = [
     Case("doctor", "ignored flag", lambda r: ["doctor", "--model", MISSING_MODEL, "--no-tokens", "--format", "r1"],
          ("--format", "--no-tokens")),
     Case("doctor", "unknown dtype", lambda r: ["doctor", "--dtype", "fp8"], ("fp8",)),
+    Case("doctor", "a zero time budget", lambda r: ["doctor", "--model", MISSING_MODEL, "--bench-seconds", "0"],
+         ("--bench-seconds", "greater than 0")),
     Case("doctor", "unknown preset", lambda r: ["doctor", "--model", "tiny:qwen9", "--no-bench"],
          ("qwen9",)),
     # tokens
@@ -309,6 +311,8 @@ CASES: list[Case] = [
                                                         "gone.jinja"], ("--template", "gone.jinja")),
     Case("tokens fix", "id out of range", lambda r: ["tokens", "fix", "--model", "tiny:qwen2_vl", "--out", "fixed",
                                                      "--ids", "99999999"], ("--ids", "99999999"), slow=True),
+    Case("tokens audit", "a folder without tokenizer files", lambda r: ["tokens", "audit", "--tokenizer", "a_dir"],
+         ("a_dir", "no tokenizer files in it")),
     Case("tokens scan", "missing model", lambda r: ["tokens", "scan", "--model", MISSING_MODEL], (MISSING_MODEL,)),
     Case("rl check", "missing model", lambda r: ["rl", "check", "--model", MISSING_MODEL, "--format-regex", "<think>"],
          (MISSING_MODEL,)),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import json
 import logging
@@ -122,7 +123,11 @@ def test_single_call_figures_keep_their_ratio_and_say_so(sleeping_bench, patch_m
     assert m.ratio_forward == pytest.approx(4, rel=0.4)
     ctx = Context(facts=Facts(device="cpu"), model=inspect_model(patch_model), measurements=[m])
     [finding] = [f for f in evaluate(ctx) if f.rule.startswith("bench-")]
-    assert finding.rule == "bench-conv-slow" and "one call each (budget)" in finding.cost
+    assert finding.rule == "bench-conv-slow" and "ms GEMM (one call each: budget)" in finding.cost
+    timed = dataclasses.replace(m, repeats=3, train_ms={"conv": 9.0, "gemm": 1.0}, train_repeats=0)  # fwd repeated
+    ctx = Context(facts=Facts(device="cpu"), model=inspect_model(patch_model), measurements=[timed])
+    [finding] = [f for f in evaluate(ctx) if f.rule.startswith("bench-")]
+    assert "ms GEMM, fwd+bwd 9 vs 1 ms (one call each: budget);" in finding.cost, finding.cost
 
 
 def test_measure_model_shares_one_budget(sleeping_bench, tiny_vision) -> None:

@@ -337,16 +337,18 @@ def _measured(ctx: Context, keep: Callable[[Measurement, list[ConvInfo]], bool])
         convs = [by_name[name] for name in m.convs if name in by_name]
         if not keep(m, convs):
             continue
+        single = " (one call each: budget)"  # a pass whose figures had no timed repeat
         passes = []
         if m.ratio_forward is not None:
-            passes.append(f"fwd {m.forward_ms['conv']:.3g} ms conv vs {m.forward_ms['gemm']:.3g} ms GEMM")
+            passes.append(f"fwd {m.forward_ms['conv']:.3g} ms conv vs {m.forward_ms['gemm']:.3g} ms GEMM"
+                          + (single if m.repeats == 0 else ""))
         if m.ratio_train is not None:
-            passes.append(f"fwd+bwd {m.train_ms['conv']:.3g} vs {m.train_ms['gemm']:.3g} ms")  # type: ignore[index]
-        single = "; one call each (budget)" if m.extrapolated else ""
+            passes.append(f"fwd+bwd {m.train_ms['conv']:.3g} vs {m.train_ms['gemm']:.3g} ms"  # type: ignore[index]
+                          + (single if m.train_repeats == 0 else ""))
         hits.append(Hit(", ".join(m.convs), {
             "conv": ", ".join(m.convs),
             "ratio": _ratio_text(m.ratio if not m.gemm_slower else 1 / min(m.ratios)),
-            "measured": f"{', '.join(passes)}; {m.windows} windows, {m.dtype}, {m.device}{single}",
+            "measured": f"{', '.join(passes)}; {m.windows} windows, {m.dtype}, {m.device}",
         }))
     return hits
 

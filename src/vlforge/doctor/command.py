@@ -76,7 +76,7 @@ class DoctorOptions(StrictModel):
     """Measure the patch convs here."""
     windows: int | None = Field(default=None, ge=1)
     """Windows per measured call (default: a 1024x1024 image)."""
-    bench_seconds: float | None = Field(default=None, ge=0)
+    bench_seconds: float | None = Field(default=None, gt=0)
     """Time budget of the measurement [default: 5]."""
     tokens: Annotated[bool, Flag(negatable=True)] = True
     """Audit untrained special tokens of the chat template (reads the checkpoint's embeddings, a few seconds)."""

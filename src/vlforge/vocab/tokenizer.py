@@ -42,14 +42,23 @@ class TagEncoding:
         }
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "vocab.txt")
+"""Files of which a tokenizer directory holds at least one (fast, slow BPE, sentencepiece, WordPiece)."""
+
+
 def load_tokenizer(path: str | Path):
     """``AutoTokenizer.from_pretrained(path)`` with a one-line error naming the directory."""
     from vlforge.models.readers import read_tokenizer
 
+    folder = Path(path)
+    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES) and not any(
+            folder.glob("*.tiktoken")):
+        raise ModelLoadError(f"{path}: no tokenizer files in it (none of {', '.join(TOKENIZER_FILES)}, *.tiktoken)")
     try:
         return read_tokenizer(str(path))
     except (OSError, ValueError, TypeError, KeyError) as error:
-        raise ModelLoadError(f"{path}: cannot load a tokenizer ({type(error).__name__}: {error})") from error
+        first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
+        raise ModelLoadError(f"{path}: cannot load a tokenizer ({type(error).__name__}: {first})") from error
 
 
 def added_tokens(tok) -> dict[int, tuple[str, bool]]:
