@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import sys
 from pathlib import Path
@@ -135,6 +136,16 @@ def test_batch_sizes_scale_the_work(loaded_tiny):
     assert three["vision.patch_embed"] == 3 * one["vision.patch_embed"]
     assert three["lm_head"] == 3 * one["lm_head"]
     assert report.comparisons == []
+
+
+def test_the_plot_format_follows_the_name(compared, tmp_path, caplog):
+    pytest.importorskip("matplotlib")
+    with caplog.at_level(logging.INFO, logger="vlforge"):
+        plot(compared[1], tmp_path / "x.svg")
+    assert b"<svg" in (tmp_path / "x.svg").read_bytes()[:2000]
+    assert f"wrote the plot {tmp_path / 'x.svg'}" in caplog.text
+    with pytest.raises(ConfigError, match=r"plot: .*x\.gif: a plot is written as \.jpeg, \.jpg, \.pdf, \.png, \.svg"):
+        build_options(ProfileOptions, model="m", plot=tmp_path / "x.gif")
 
 
 def test_plot_without_matplotlib_is_one_clear_error(compared, tmp_path, monkeypatch):

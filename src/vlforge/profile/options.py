@@ -21,6 +21,8 @@ from vlforge.profile.report import ANOMALY_MIN_SHARE, ANOMALY_RATIO
 VARIANTS = ("stock", "patched", "patched-fp32")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3", "flex_attention")
 DTYPES = ("float32", "bfloat16", "float16")
+PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".jpeg": "jpg"}
+"""The plot's file format, by its suffix (what matplotlib writes)."""
 
 
 class ProfileOptions(InputSource):
@@ -44,7 +46,7 @@ class ProfileOptions(InputSource):
     trace_dir: Annotated[Path | None, Flag("--trace")] = None
     """Write a torch.profiler Chrome trace per run into DIR."""
     plot: Path | None = None
-    """Write a bar chart PNG (needs vlforge[plot])."""
+    """Write a bar chart: .png, .svg, .pdf or .jpg, by the name's suffix (needs vlforge[plot])."""
     per_block: Annotated[bool, Flag("--per-block/--summary")] = True
     """One row per block and layer (else a summary per component kind)."""
     anomaly_ratio: Annotated[float, NO_FLAG] = Field(ANOMALY_RATIO, gt=0)
@@ -55,6 +57,14 @@ class ProfileOptions(InputSource):
     def _positive(cls, value: list[int]) -> list[int]:
         if not value or any(b < 1 for b in value):
             raise ValueError(f"batch sizes must be positive integers, got {value}")
+        return value
+
+    @field_validator("plot")
+    @classmethod
+    def _plot_format(cls, value: Path | None) -> Path | None:
+        if value is not None and value.suffix.lower() not in PLOT_FORMATS:
+            raise ValueError(f"{value}: a plot is written as {', '.join(sorted(PLOT_FORMATS))} (from the name's "
+                             f"suffix); got {value.suffix or 'no suffix'}")
         return value
 
     @field_validator("dtype")

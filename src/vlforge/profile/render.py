@@ -9,6 +9,7 @@ Example:
 from __future__ import annotations
 
 import io
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,11 @@ from rich.table import Table
 
 from vlforge.errors import VlforgeError
 from vlforge.outputs import atomic_write_bytes
+from vlforge.profile.options import PLOT_FORMATS
 from vlforge.profile.report import Comparison, ProfileReport, RunProfile
 from vlforge.tables import print_table
+
+logger = logging.getLogger(__name__)
 
 _TOTALS = ("vision.blocks", "vision", "text.layers", "text")
 
@@ -153,6 +157,8 @@ def plot(report: ProfileReport, path: Path) -> Path:
         axis.legend()
     figure.tight_layout()
     buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110)
+    figure.savefig(buffer, format=PLOT_FORMATS[path.suffix.lower()], dpi=110)
     plt.close(figure)
-    return atomic_write_bytes(path, buffer.getvalue(), writer="profile")
+    written = atomic_write_bytes(path, buffer.getvalue(), writer="profile")
+    logger.info("wrote the plot %s", written)
+    return written
