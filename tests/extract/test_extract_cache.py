@@ -153,6 +153,12 @@ def test_parquet_shards_read_back_like_safetensors(tmp_path, qwen3_ckpt, image_d
     for i in (0, 9, 16):
         for key in ("vision_pooled", "hidden_mean", "vision_items"):
             assert torch.equal(st[i][key], pq[i][key]), (i, key)
+    for name in ("st", "pq"):  # a shard cut after the run: one line naming it when read
+        shard = sorted((tmp_path / name / "shards").glob("*.safetensors" if name == "st" else "*.parquet"))[0]
+        shard.write_bytes(shard.read_bytes()[:100])
+        with pytest.raises(CacheError, match=rf"{re.escape(str(shard))}: cannot be read \(.*the same vlforge extract "
+                                             r"command recomputes a damaged one"):
+            open_cache(tmp_path / name)[0]
 
 
 def test_bad_options_are_one_line_errors(tmp_path, qwen3_ckpt, image_dataset, loaded):

@@ -72,14 +72,19 @@ class FeatureCache(Sequence):
     def _handle(self, shard: int) -> Any:
         if shard not in self._open:
             path = self.root / "shards" / self.shards[shard]["file"]
-            if self.format == "safetensors":
-                from safetensors import safe_open
+            try:
+                if self.format == "safetensors":
+                    from safetensors import safe_open
 
-                self._open[shard] = safe_open(str(path), framework="pt")
-            else:
-                import pyarrow.parquet as pq
+                    self._open[shard] = safe_open(str(path), framework="pt")
+                else:
+                    import pyarrow.parquet as pq
 
-                self._open[shard] = pq.read_table(path, memory_map=True)
+                    self._open[shard] = pq.read_table(path, memory_map=True)
+            except Exception as error:  # a shard damaged after the run (safetensors' and pyarrow's own errors)
+                raise CacheError(f"{path}: cannot be read ({type(error).__name__}: {error}); open_cache(..., "
+                                 "verify=True) checks every shard's sha256, and the same vlforge extract command "
+                                 "recomputes a damaged one") from None
         return self._open[shard]
 
     def _read(self, shard: int, row: int) -> dict[str, Any]:
