@@ -7,6 +7,7 @@ import doctest
 import json
 import logging
 import os
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -128,6 +129,25 @@ def test_single_call_figures_keep_their_ratio_and_say_so(sleeping_bench, patch_m
     ctx = Context(facts=Facts(device="cpu"), model=inspect_model(patch_model), measurements=[timed])
     [finding] = [f for f in evaluate(ctx) if f.rule.startswith("bench-")]
     assert "ms GEMM, fwd+bwd 9 vs 1 ms (one call each: budget);" in finding.cost, finding.cost
+
+
+def test_a_backward_far_slower_than_3x_the_forward_is_seen_before_its_full_call(monkeypatch, patch_model) -> None:
+    """A conv whose backward is 100x its forward (bf16 Conv3d on CPU, cuDNN off on a GPU): a probe on 1/32 of the
+    windows shows it, so the full fwd+bwd call is never started and the budget holds."""
+    windows = 320
+
+    def variants(stock, shape, device, dtype, train, x=None):
+        share = shape[0] / windows  # sleeps in proportion to the windows, as real calls take time
+        conv, gemm = (1.0, 0.03) if train else (0.01, 0.01)
+        return {"conv": sleeper(conv * share), "gemm": sleeper(gemm * share)}
+
+    monkeypatch.setattr(bench, "conv_variants", variants)
+    monkeypatch.setattr(bench, "prime", lambda *args, **kwargs: None)
+    budget = 0.4
+    m, elapsed = timed(lambda: bench.measure_conv(patch_model.proj, windows, seconds=budget, names=["proj"]))
+    assert elapsed < 1.5 * budget, elapsed
+    assert set(m.forward_ms) == {"conv", "gemm"} and m.train_ms is None
+    assert re.search(r"fwd\+bwd not measured \(one call each expected to take 1\.\d+e\+03 ms", m.note), m.note
 
 
 def test_measure_model_shares_one_budget(sleeping_bench, tiny_vision) -> None:

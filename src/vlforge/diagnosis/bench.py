@@ -4,7 +4,8 @@ realistic number of windows, forward and forward+backward. The timing itself (sh
 
 ``seconds`` is a budget for the whole measurement: the forward pass gets half of it (all of it
 without ``backward``), forward+backward what is left, and it starts only when its expected cost
-(:data:`TRAIN_COST_FACTOR` times the forward figures) fits. A figure that had to come from one
+(:data:`TRAIN_COST_FACTOR` times the forward figures, or more when one call on 1/:data:`PROBE_DIVISOR` of
+the windows says so) fits. A figure that had to come from one
 call is marked (``Measurement.extrapolated``); a variant or pass the budget did not reach is
 reported as not measured (``Measurement.note``), never estimated. Before the clock starts, one
 untimed call of each variant on a single window pays the process's one-time costs
@@ -40,6 +41,8 @@ DEFAULT_IMAGE_PIXELS = 1024 * 1024
 """Default workload: one 1024x1024 image (capped by the processor's max_pixels when smaller)."""
 TRAIN_COST_FACTOR = 3.0
 """Expected forward+backward time per call, in forward calls (measured 2.3x-3.4x on CPU for conv and GEMM)."""
+PROBE_DIVISOR = 32
+"""The forward+backward probe's share of the windows (one call of each variant, within the budget)."""
 
 
 def measure_conv(
@@ -86,12 +89,15 @@ def measure_conv(
     elif backward:
         expected = {name: TRAIN_COST_FACTOR * value for name, value in forward.seconds.items()}
         left = seconds - (time.perf_counter() - started)
-        if sum(expected.values()) <= left:  # else not even one call of each fits: no ratio could come of it
+        if sum(expected.values()) <= left:
             stock.requires_grad_(True)
             with torch.inference_mode(False), torch.enable_grad():
-                variants = conv_variants(stock, shape, device, dtype, train=True, x=x)
+                expected = _probed(stock, shape, device, dtype, expected, seconds - (time.perf_counter() - started))
                 left = seconds - (time.perf_counter() - started)
-                train = time_variants(variants, device, left, estimates=expected)
+                if sum(expected.values()) <= left:  # else not even one call of each fits: no ratio could come of it
+                    variants = conv_variants(stock, shape, device, dtype, train=True, x=x)
+                    left = seconds - (time.perf_counter() - started)
+                    train = time_variants(variants, device, left, estimates=expected)
         if train is None or not train.seconds:
             notes.append(f"fwd+bwd not measured (one call each expected to take {1000 * sum(expected.values()):.3g} "
                          f"ms, {1000 * max(left, 0):.3g} ms left)")
@@ -117,6 +123,22 @@ def measure_conv(
         extrapolated=forward.extrapolated or (train is not None and train.extrapolated),
         note=note,
     )
+
+
+def _probed(stock: nn.Module, shape: Sequence[int], device: torch.device, dtype: torch.dtype,
+            expected: dict[str, float], left: float) -> dict[str, float]:
+    """``expected`` seconds per forward+backward call, raised to what one call on 1/:data:`PROBE_DIVISOR` of the
+    windows takes, scaled up: a backward far slower than :data:`TRAIN_COST_FACTOR` forwards (bf16 Conv3d on CPU,
+    cuDNN off on a GPU) shows there, before a full call could spend minutes of a seconds budget. Few windows
+    (under ``2 * PROBE_DIVISOR``) are not probed: so small a call is its own probe."""
+    probe = shape[0] // PROBE_DIVISOR
+    if probe < 2:
+        return expected
+    times = time_variants(conv_variants(stock, (probe, *shape[1:]), device, dtype, train=True), device, left,
+                          max_repeats=0, estimates={k: v / PROBE_DIVISOR for k, v in expected.items()})
+    if times.skipped:  # the probe did not fit, so 32x it cannot: ``expected`` already says no
+        return expected
+    return {name: max(value, times.seconds[name] * shape[0] / probe) for name, value in expected.items()}
 
 
 def default_windows(conv: ConvInfo, max_pixels: int | None = None) -> int:
