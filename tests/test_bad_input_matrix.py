@@ -280,6 +280,8 @@ CASES: list[Case] = [
     # profile / verify: input files and sizes
     Case("profile", "missing image", lambda r: ["profile", "--model", MISSING_MODEL, "--image", "gone.png"],
          ("--image", "gone.png", "not found")),
+    Case("profile", "frames without a video", lambda r: ["profile", "--model", MISSING_MODEL, "--video-frames", "4"],
+         ("--video-frames", "--video", "not given")),
     Case("profile", "image is a directory", lambda r: ["profile", "--model", MISSING_MODEL, "--image", "a_dir"],
          ("--image", "a_dir", "directory")),
     Case("profile", "truncated image", lambda r: ["profile", "--model", MISSING_MODEL, "--image", "cut.png"],

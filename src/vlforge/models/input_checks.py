@@ -19,6 +19,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, model_validator
 
+from vlforge.data.config import field_error
 from vlforge.errors import DataError, VlforgeError
 from vlforge.flags import Flag
 from vlforge.strict import StrictModel
@@ -97,4 +98,6 @@ class InputSource(StrictModel):
     @model_validator(mode="after")
     def _one_source(self) -> InputSource:
         check_sources(self.synthetic, self.images, self.video)
+        if self.video is None and self.video_frames != type(self).model_fields["video_frames"].default:
+            raise field_error("video_frames", "samples frames from --video, which is not given")
         return self
