@@ -186,6 +186,16 @@ def test_bad_options_are_one_line_errors(tmp_path, qwen3_ckpt, image_dataset, lo
         run_extract(model=str(qwen3_ckpt), data=str(empty), out=tmp_path / "f", loaded=loaded)
 
 
+def test_a_duplicate_sample_id_names_both_records(tmp_path, qwen3_ckpt, loaded):
+    data = write_jsonl(tmp_path / "dup.jsonl", [{**text_record(f"Question {i}?"), "id": name}
+                                                for i, name in enumerate(["a", "b", "c", "a"])])
+    with pytest.raises(CacheError) as err:
+        run_extract(model=str(qwen3_ckpt), data=str(data), out=tmp_path / "cache", batch_size=2, shard_size=2,
+                    features=["hidden_mean"], loaded=loaded)
+    assert str(err.value) == (f"duplicate sample id 'a': {data}:line 1 and {data}:line 4; ids come from the 'id' field: "
+                              "make them unique or pass --id-field ''")
+
+
 def test_dataloader_workers_give_the_same_cache(mixed, qwen3_ckpt, loaded, tmp_path):
     data, out, _ = mixed
     workers = tmp_path / "workers"

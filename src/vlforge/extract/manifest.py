@@ -59,6 +59,14 @@ def hash_model(path: Path, mode: str) -> dict[str, Any]:
             "weights_sha256": digest.hexdigest(), "weights_hash": mode, "weight_files": [f.name for f in files]}
 
 
+class DuplicateIdError(CacheError):
+    """Two rows of the cache have one sample id (``sample_id``); the run names where they are."""
+
+    def __init__(self, sample_id: str, message: str) -> None:
+        super().__init__(message)
+        self.sample_id = sample_id
+
+
 def fingerprint(header: dict[str, Any]) -> str:
     """sha256 of the parts of the header that decide the cache's contents."""
     model = {k: v for k, v in header["model"].items() if k not in ("id", "path")}
@@ -165,8 +173,9 @@ def finalize(root: Path, header: dict[str, Any], num_shards: int) -> dict[str, A
             continue
         for sid in receipt["sample_ids"]:
             if sid in seen:
-                raise CacheError(f"duplicate sample id {sid!r} in shards {seen[sid]} and {k}; ids come from the "
-                                 f"{header['options']['id_field']!r} field: make them unique or pass --id-field ''")
+                raise DuplicateIdError(sid, f"duplicate sample id {sid!r} in shards {seen[sid]} and {k}; ids come "
+                                            f"from the {header['options']['id_field']!r} field: make them unique or "
+                                            "pass --id-field ''")
             seen[sid] = k
         for err in receipt["errors"]:
             skipped[err["reason"]] = skipped.get(err["reason"], 0) + 1

@@ -58,6 +58,20 @@ def sample_id_for(record: dict[str, Any] | None, location: str, stem: str, id_fi
     return f"{stem}:{location.split()[-1]}"
 
 
+def id_locations(entries: list[ResolvedEntry], seed: int, id_field: str, wanted: str, limit: int = 2) -> list[str]:
+    """``FILE:line N`` (or row / item) of the first ``limit`` records whose sample id is ``wanted``, in the
+    global order (a scan of the records, no media read: for the line of a duplicate id)."""
+    mixture, stems, found = Mixture(entries, seed=seed, epochs=1), source_stems(entries), []
+    try:
+        while len(found) < limit and (drawn := mixture.next()) is not None:
+            index, raw = drawn
+            if sample_id_for(raw.record, raw.location, stems[index], id_field) == wanted:
+                found.append(f"{entries[index].path}:{raw.location}")
+    finally:
+        mixture.close()
+    return found
+
+
 @dataclass
 class Chunk:
     """One forward's worth of a shard, as a worker hands it to the model loop."""
@@ -147,5 +161,5 @@ def shard_ranges(total: int, shard_size: int) -> list[tuple[int, int]]:
     return [(k, min(shard_size, total - k)) for k in range(0, total, shard_size)]
 
 
-__all__ = ["Chunk", "ChunkStream", "check_entries", "count_records", "data_config", "resolve_entries", "sample_id_for",
-           "shard_ranges", "source_stems"]
+__all__ = ["Chunk", "ChunkStream", "check_entries", "count_records", "data_config", "id_locations", "resolve_entries",
+           "sample_id_for", "shard_ranges", "source_stems"]

@@ -38,6 +38,7 @@ from vlforge.extract.options import FEATURES, RAGGED, ExtractOptions
 from vlforge.extract.plan import (
     ChunkStream,
     count_records,
+    id_locations,
     shard_ranges,
 )
 from vlforge.extract.preflight import check_against_config, preflight
@@ -238,7 +239,12 @@ def _run(opts: ExtractOptions, ctx: DistContext, progress: bool, start: float, l
     verdict: dict[str, Any] | None = None
     if ctx.rank == 0:
         try:
-            summary.manifest = mf.finalize(root, header, len(ranges))
+            try:
+                summary.manifest = mf.finalize(root, header, len(ranges))
+            except mf.DuplicateIdError as duplicate:
+                places = id_locations(entries, cfg.data_seed, opts.id_field, duplicate.sample_id)
+                raise mf.CacheError(f"duplicate sample id {duplicate.sample_id!r}: {' and '.join(places)}; ids come "
+                                 f"from the {opts.id_field!r} field: make them unique or pass --id-field ''") from None
             summary.complete = True
             ledger = _cache_ledger(root, summary.manifest)
             if over_limit(ledger.seen, ledger.total, opts.max_skip_fraction, final=True):
