@@ -114,7 +114,9 @@ def test_text_only_positions_are_a_plain_range(make_processor, media_dir):
     (chat([{"type": "image", "image": "broken.png"}]), "corrupt_image", "cannot decode image"),
     (chat([{"type": "image", "image": "truncated.jpg"}]), "corrupt_image", "truncated.jpg"),
     (chat([{"type": "image", "image": "data:image/png;base64,anVuaw=="}]), "corrupt_image",
-     "cannot decode image data:image/png;base64,...: cannot identify image file the data"),
+     "cannot decode image data:image/png;base64,...: cannot identify image file (in memory)"),
+    (chat([{"type": "image", "image": {"bytes": b"junk", "path": "cat.png"}}]), "corrupt_image",  # a datasets Image
+     "cannot decode image 'cat.png' (inline bytes): cannot identify image file (in memory)"),
     (chat([{"type": "video", "video": "broken.mp4"}]), "corrupt_video", "cannot decode video"),
     (chat([{"type": "video", "video": "missing.mp4"}]), "missing_file", "missing.mp4"),
     (chat([{"type": "image", "image": "../outside.png"}]), "path_escape", "leaves data_folder"),

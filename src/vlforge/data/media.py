@@ -57,6 +57,10 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
         raise SampleError(reason, source, location, detail)
 
     if isinstance(ref, dict):
+        named = ref.get("path")  # a datasets Image struct keeps the file name its bytes came from
+        if isinstance(ref.get("bytes"), (bytes, bytearray, memoryview)) and ref["bytes"] and isinstance(named, str) \
+                and named:
+            return Media(None, bytes(ref["bytes"]), f"{named!r} (inline bytes)")
         if ref.get("bytes"):
             ref = ref["bytes"]
         elif ref.get("path"):
@@ -72,7 +76,7 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
         fail("schema", f"media reference must be a string, got {type(ref).__name__}")
     scheme = _SCHEME.match(ref)
     if scheme and scheme[1].lower() != "file":
-        fail("remote_url", f"remote media {ref!r}: vlforge reads no network while training; download it and give "
+        fail("remote_url", f"remote media {ref!r}: vlforge reads no network; download it and give "
                            "its local path (relative to data_folder)")
     if ref.startswith("data:"):
         header, _, payload = ref.partition(",")
@@ -102,5 +106,5 @@ def load_image(media: Media, *, source: str, location: str) -> Image.Image:
             img.load()
             return img.convert("RGB")
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        why = _OBJECT_REPR.sub("the data", str(exc))  # Pillow names an in-memory file by its object repr
+        why = _OBJECT_REPR.sub("(in memory)", str(exc))  # Pillow names an in-memory file by its object repr
         raise SampleError("corrupt_image", source, location, f"cannot decode image {media.label}: {why}") from exc
