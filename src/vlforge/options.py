@@ -1,4 +1,4 @@
-"""Turning command-line values into typed options: comma lists and pydantic errors as one line.
+"""Turning command-line values into typed options: comma lists (pydantic errors as one line: ``vlforge.strict``).
 
 Example:
     >>> from vlforge.options import parse_list
@@ -11,18 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
-from vlforge.errors import ConfigError, VlforgeError
-from vlforge.strict import error_line
-
-
-def build_options(cls: type[BaseModel], **values: Any) -> Any:
-    """``cls(**values)`` with a pydantic validation error turned into one ConfigError line."""
-    try:
-        return cls(**values)
-    except ValidationError as error:
-        raise ConfigError(error_line(error, cls)) from None
+from vlforge.errors import VlforgeError
 
 
 def parse_list(text: str | Sequence[str] | None, *, cast: Any = str, flag: str = "") -> list[Any]:

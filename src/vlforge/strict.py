@@ -21,8 +21,9 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
 
-from vlforge.errors import did_you_mean
+from vlforge.errors import ConfigError, did_you_mean
 
 
 class StrictModel(BaseModel):
@@ -59,7 +60,7 @@ def error_line(error: ValidationError, model: type[BaseModel]) -> str:
     """The first problem of ``error`` (raised validating ``model``) as ``key.path: message`` (list items as ``[i]``)."""
     first = error.errors(include_url=False)[0]
     loc = tuple(first["loc"])
-    if first["type"] == "vlforge_field":  # a check of several keys names the one at fault (data.config.field_error)
+    if first["type"] == "vlforge_field":  # a check of several keys names the one at fault (field_error)
         loc = (*loc, *first["ctx"]["field"].split("."))
     path = ".".join(str(part) if not isinstance(part, int) else f"[{part}]" for part in loc).replace(".[", "[")
     if first["type"] == "extra_forbidden":
@@ -69,3 +70,17 @@ def error_line(error: ValidationError, model: type[BaseModel]) -> str:
         return f"{path}: unknown {label}{did_you_mean(str(loc[-1]), sorted(names))}"
     message = first["msg"].removeprefix("Value error, ")
     return f"{path}: {message}" if path else message
+
+
+def field_error(field: str, message: str) -> PydanticCustomError:
+    """An error about ``field`` (dotted, relative to the model raising it) with a one-line message, for a check of
+    several fields: :func:`error_line` and the CLI's flags name that exact key or flag."""
+    return PydanticCustomError("vlforge_field", message, {"field": field})
+
+
+def build_options(cls: type[BaseModel], **values: Any) -> Any:
+    """``cls(**values)`` with a pydantic validation error turned into one ConfigError line (:func:`error_line`)."""
+    try:
+        return cls(**values)
+    except ValidationError as error:
+        raise ConfigError(error_line(error, cls)) from None

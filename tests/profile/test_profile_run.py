@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 
 from vlforge.cli import app
 from vlforge.errors import ConfigError, VlforgeError
-from vlforge.options import build_options, parse_list
+from vlforge.options import parse_list
 from vlforge.patches import patched_modules
 from vlforge.profile import ProfileOptions, ProfileReport, compare_table, plot, render, run_profile, run_table
+from vlforge.strict import build_options
 
 SYNTHETIC = "2x64x64"
 

@@ -31,12 +31,11 @@ from vlforge.data.config import (
     PixelFields,
     SourceFields,
     VideoFields,
-    field_error,
     shard_like,
     unknown_suffix,
 )
 from vlforge.errors import did_you_mean
-from vlforge.strict import StrictModel, model_in_annotation
+from vlforge.strict import StrictModel, field_error, model_in_annotation
 
 logger = logging.getLogger(__name__)
 

@@ -31,10 +31,9 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
-from pydantic_core import PydanticCustomError
 
 from vlforge.errors import ConfigError, DataError
-from vlforge.strict import StrictModel, error_line
+from vlforge.strict import StrictModel, error_line, field_error
 
 DATA_TYPES = ("json", "jsonl", "parquet", "arrow")
 DATA_SUFFIXES = {".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow"}
@@ -44,12 +43,6 @@ COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".tar")
 """Suffixes of compressed files: never read (a data_type given for one would read its compressed bytes)."""
 _SNIFF_LINE_BYTES = 1 << 26
 DATASET_LIST_SUFFIXES = (".yaml", ".yml")
-
-
-def field_error(field: str, message: str) -> PydanticCustomError:
-    """An error about ``field`` (dotted, relative to the model raising it) with a one-line message; the
-    training config's loader points at that exact key."""
-    return PydanticCustomError("vlforge_field", message, {"field": field})
 
 
 def unknown_suffix(path: str | Path, key: str = "data_type") -> str:

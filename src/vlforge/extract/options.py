@@ -14,11 +14,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from vlforge.data.config import field_error
 from vlforge.errors import did_you_mean
 from vlforge.flags import Flag
 from vlforge.models.refs import dtype_name
-from vlforge.strict import StrictModel
+from vlforge.strict import StrictModel, field_error
 
 #: What can be stored, per sample (see docs/extract.md for the shapes).
 FEATURES = {

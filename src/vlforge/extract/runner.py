@@ -51,8 +51,8 @@ from vlforge.extract.shards import (
     write_shard,
 )
 from vlforge.models.load import resolve_device
-from vlforge.options import build_options
 from vlforge.outputs import atomic_write_json
+from vlforge.strict import build_options
 
 logger = logging.getLogger(__name__)
 

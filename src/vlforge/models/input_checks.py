@@ -19,10 +19,9 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, model_validator
 
-from vlforge.data.config import field_error
 from vlforge.errors import DataError, VlforgeError
 from vlforge.flags import Flag
-from vlforge.strict import StrictModel
+from vlforge.strict import StrictModel, field_error
 
 
 def parse_synthetic(text: str) -> tuple[int, int, int]:

@@ -18,9 +18,8 @@ from pydantic import Field
 from vlforge.command import Cli, Job, always_ok
 from vlforge.errors import ConfigError
 from vlforge.flags import Flag, key_values
-from vlforge.options import build_options
 from vlforge.outputs import atomic_write_text, check_output_file
-from vlforge.strict import StrictModel
+from vlforge.strict import StrictModel, build_options
 from vlforge.vocab.thresholds import check_thresholds
 
 
