@@ -85,6 +85,8 @@ def media(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "empty.yaml").write_text("")
     (root / "blank.jsonl").write_text("\n\n")
     (root / "a_dir").mkdir()
+    (root / "config_only").mkdir()  # a checkpoint's config.json without weights: what loads after the checks fails
+    (root / "config_only" / "config.json").write_text(json.dumps({"model_type": "qwen2", "vocab_size": 1000}))
     (root / "a_file").write_text("not a directory\n")
     (root / "bad.yaml").write_text("training: [1, 2\n")
     good = [json.dumps(_record({"type": "image", "image": "ok.png"})) for _ in range(3)]
@@ -315,6 +317,12 @@ CASES: list[Case] = [
                                                      "--ids", "99999999"], ("--ids", "99999999"), slow=True),
     Case("tokens audit", "a folder without tokenizer files", lambda r: ["tokens", "audit", "--tokenizer", "a_dir"],
          ("a_dir", "no tokenizer files in it")),
+    Case("tokens fix", "id beyond a local checkpoint's vocabulary, before it loads",
+         lambda r: ["tokens", "fix", "--model", "config_only", "--out", "fixed", "--ids", "5,70000"],
+         ("--ids [70000]", "outside the embedding rows [0, 1000)")),
+    Case("tokens scan", "reference id beyond the vocabulary", lambda r: ["tokens", "scan", "--model", "config_only",
+                                                                         "--reference-ids", "-1"],
+         ("--reference-ids [-1]", "outside the embedding rows [0, 1000)")),
     Case("tokens scan", "missing model", lambda r: ["tokens", "scan", "--model", MISSING_MODEL], (MISSING_MODEL,)),
     Case("rl check", "missing model", lambda r: ["rl", "check", "--model", MISSING_MODEL, "--format-regex", "<think>"],
          (MISSING_MODEL,)),

@@ -66,6 +66,28 @@ def check_paths(*, model: Path | str | None, tokenizer: Path | None = None, temp
             raise ConfigError(f"{flag} {path}: is a file; pass the tokenizer directory")
 
 
+def check_rows(model: Path | str | None, ids: list[int], flag: str) -> None:
+    """``ids`` against a local checkpoint's ``vocab_size`` (config.json; its embedding rows), before it loads: the
+    same line the loaded model would give, seconds earlier. Presets and hub ids are checked once loaded."""
+    from vlforge.models.presets import PRESET_PREFIX, REAL_PREFIX
+    from vlforge.models.refs import local_checkpoint
+
+    if model is None or not ids or str(model).startswith((PRESET_PREFIX, REAL_PREFIX)):
+        return
+    local = local_checkpoint(str(model))
+    if local is None:
+        return
+    try:
+        config = json.loads((local / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # the loader names an unreadable config
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    rows = text.get("vocab_size", config.get("vocab_size"))
+    bad = [i for i in ids if isinstance(rows, int) and not 0 <= i < rows]
+    if bad:
+        raise ConfigError(f"{flag} {bad}: outside the embedding rows [0, {rows})")
+
+
 def split_list(values: list[str] | None) -> list[str]:
     """Repeatable, comma-separated option values as one list (``--tags '<a>,</a>' --tags '<b>'``)."""
     out: list[str] = []
@@ -130,7 +152,7 @@ def check_audit(request: AuditRequest) -> None:
     if request.rewrite_out is not None:
         check_output_file(request.rewrite_out, flag="--rewrite-out")
     check_thresholds(key_values(request.thresholds, "--threshold", numbers=True))
-    int_list(request.reference_ids, "--reference-ids")
+    check_rows(request.model, int_list(request.reference_ids, "--reference-ids"), "--reference-ids")
     key_values(request.template_vars, "--template-var")
 
 
@@ -201,7 +223,7 @@ def check_scan(request: ScanRequest) -> None:
             raise ConfigError(f"{flag} {value}: must be positive")
     dtype_name(request.verify_dtype)
     check_thresholds(key_values(request.thresholds, "--threshold", numbers=True))
-    int_list(request.reference_ids, "--reference-ids")
+    check_rows(request.model, int_list(request.reference_ids, "--reference-ids"), "--reference-ids")
     if request.verify and (Path(request.model) / "config.json").is_file():
         refuse_non_causal(Path(request.model))
 
@@ -254,7 +276,7 @@ class FixRequest(StrictModel):
 
 def check_fix(request: FixRequest) -> None:
     check_paths(model=request.model)
-    int_list(request.ids, "--ids")
+    check_rows(request.model, int_list(request.ids, "--ids"), "--ids")
 
 
 def run_fix_request(request: FixRequest) -> Any:
