@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -145,8 +146,10 @@ def test_the_plot_format_follows_the_name(compared, tmp_path, caplog):
         plot(compared[1], tmp_path / "x.svg")
     assert b"<svg" in (tmp_path / "x.svg").read_bytes()[:2000]
     assert f"wrote the plot {tmp_path / 'x.svg'}" in caplog.text
-    with pytest.raises(ConfigError, match=r"plot: .*x\.gif: a plot is written as \.jpeg, \.jpg, \.pdf, \.png, \.svg"):
-        build_options(ProfileOptions, model="m", plot=tmp_path / "x.gif")
+    refused = CliRunner().invoke(app, ["profile", "--model", "does-not-matter", "--plot", str(tmp_path / "x.gif")])
+    assert isinstance(refused.exception, ConfigError) and re.fullmatch(  # before any loading
+        r"--plot .*x\.gif: a plot is written as \.jpeg, \.jpg, \.pdf, \.png, \.svg \(from the name's suffix\); got "
+        r"\.gif", str(refused.exception)), refused.output
 
 
 def test_plot_without_matplotlib_is_one_clear_error(compared, tmp_path, monkeypatch):

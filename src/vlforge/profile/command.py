@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from vlforge.command import Cli, Job, always_ok
-from vlforge.profile.options import ProfileOptions, check_trace_dir
+from vlforge.profile.options import ProfileOptions, check_plot_format, check_trace_dir
 
 if TYPE_CHECKING:
     from vlforge.profile.report import ProfileReport
@@ -26,6 +26,7 @@ def check(options: ProfileOptions) -> None:
 
         require_matplotlib()
         check_output_file(options.plot, flag="--plot")
+        check_plot_format(options.plot)
     check_model_ref(options.model)
 
 

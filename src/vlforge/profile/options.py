@@ -12,6 +12,7 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
+from vlforge.errors import ConfigError
 from vlforge.flags import NO_FLAG, Flag
 from vlforge.models.input_checks import InputSource
 from vlforge.models.refs import dtype_name
@@ -23,6 +24,13 @@ ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2", "flash_attention_3
 DTYPES = ("float32", "bfloat16", "float16")
 PLOT_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".jpeg": "jpg"}
 """The plot's file format, by its suffix (what matplotlib writes)."""
+
+
+def check_plot_format(path: Path) -> None:
+    """The plot's suffix names a format :func:`~vlforge.profile.render.plot` writes (after the path's own checks)."""
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise ConfigError(f"--plot {path}: a plot is written as {', '.join(sorted(PLOT_FORMATS))} (from the name's "
+                          f"suffix); got {path.suffix or 'no suffix'}")
 
 
 class ProfileOptions(InputSource):
@@ -57,14 +65,6 @@ class ProfileOptions(InputSource):
     def _positive(cls, value: list[int]) -> list[int]:
         if not value or any(b < 1 for b in value):
             raise ValueError(f"batch sizes must be positive integers, got {value}")
-        return value
-
-    @field_validator("plot")
-    @classmethod
-    def _plot_format(cls, value: Path | None) -> Path | None:
-        if value is not None and value.suffix.lower() not in PLOT_FORMATS:
-            raise ValueError(f"{value}: a plot is written as {', '.join(sorted(PLOT_FORMATS))} (from the name's "
-                             f"suffix); got {value.suffix or 'no suffix'}")
         return value
 
     @field_validator("dtype")

@@ -143,8 +143,8 @@ class ExportRequest(StrictModel):
 
 
 def _check_request(request: ExportRequest) -> None:
-    check_checkpoint(Path(request.checkpoint))
     check_output_dir(Path(request.out), flag="export directory", mode="new")
+    check_checkpoint(Path(request.checkpoint))
 
 
 def _print_export(request: ExportRequest, path: Path, console: Any) -> None:
