@@ -22,3 +22,16 @@ def test_ctrl_c_in_a_command_is_an_error_of_its_own_with_exit_130():
         execute(job, None, as_json=False, console=Console(file=io.StringIO()))
     assert isinstance(caught.value, VlforgeError) and caught.value.exit_code == ExitCode.INTERRUPTED == 130
     assert str(caught.value) == "interrupted (Ctrl-C)" and caught.value.__suppress_context__
+
+
+def test_ctrl_c_before_the_command_runs_is_the_same_line(monkeypatch, capsys):
+    import vlforge.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "check_startup", interrupted)
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["version"])
+    assert stopped.value.code == ExitCode.INTERRUPTED
+    assert capsys.readouterr().err.strip() == "error: interrupted (Ctrl-C)"

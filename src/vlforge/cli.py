@@ -31,7 +31,7 @@ from rich.markup import escape
 
 from vlforge.about import version_line
 from vlforge.collector import freeze_at_exit
-from vlforge.errors import EXIT_CODES_HELP, VlforgeError
+from vlforge.errors import EXIT_CODES_HELP, Interrupted, VlforgeError
 from vlforge.flags import Flag, build, parameters
 from vlforge.strict import StrictModel
 from vlforge.tables import report_console
@@ -259,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         check_startup()  # an older torch or transformers than supported: one line, before any of it is imported
         _command()(args=argv, prog_name="vlforge")
-    except VlforgeError as error:
+    except (VlforgeError, KeyboardInterrupt) as caught:  # a Ctrl-C before the command ran: Interrupted as in it
+        error = caught if isinstance(caught, VlforgeError) else Interrupted()
         for line in str(error).splitlines() or [""]:
             console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
         sys.exit(error.exit_code)

@@ -58,7 +58,7 @@ def execute(job: Job[OptionsT, ReportT], options: OptionsT, *, as_json: bool, co
         else:
             job.render(options, report, console)
     except KeyboardInterrupt:
-        raise Interrupted("interrupted (Ctrl-C)") from None
+        raise Interrupted() from None
     for line in job.verdict_lines(report) if job.verdict_lines else ():
         sys.stderr.write(line + "\n")
     return int(job.exit_code(report))

@@ -64,6 +64,9 @@ class Interrupted(VlforgeError):
 
     exit_code = ExitCode.INTERRUPTED
 
+    def __init__(self, message: str = "interrupted (Ctrl-C)") -> None:
+        super().__init__(message)
+
 
 class PatchError(VlforgeError, ValueError):
     """A patch was asked to do something it cannot (bad option, a name that matches nothing)."""

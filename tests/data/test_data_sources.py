@@ -242,6 +242,8 @@ def test_shards_of_unequal_size_read_as_one_file_would(tmp_path):
     assert 5 < sum(k.startswith("small") for k in half) < 20
     whole = resolve_entries(DataConfig(datasets=[{"path": "sets/*.jsonl"}]), tmp_path)  # no max_samples: every record
     assert record_counts(whole) == [300, 0, 40] and len(list(iter(Mixture(whole, seed=0).next, None))) == 340
+    sizes = [e.path.stat().st_size for e in whole]  # without max_samples JSON Lines are weighed by bytes, not scanned
+    assert Mixture(whole, seed=0).weights == tuple(size / sum(sizes) for size in sizes)
 
 
 def test_mixture_weights_max_samples_and_epochs(tmp_path):

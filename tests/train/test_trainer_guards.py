@@ -149,12 +149,14 @@ def test_ctrl_c_while_the_stop_signals_are_being_set_leaves_the_old_handlers(mon
             raise KeyboardInterrupt
 
     previous = signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGTERM)
+    fds = sorted(os.listdir("/proc/self/fd"))
     monkeypatch.setattr(preemption.threading, "Thread", Interrupted)
     stops = StopSignals(["SIGTERM", "SIGUSR1"], grace=60)
     with pytest.raises(KeyboardInterrupt):
         stops.install()
     assert (signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGTERM)) == previous
     assert signal.set_wakeup_fd(-1) == -1 and stops not in preemption._installed and stops._wakeup is None
+    assert sorted(os.listdir("/proc/self/fd")) == fds  # its wake-up pipe closed
 
 
 def test_a_second_stop_signal_exits_at_once_with_128_plus_its_number(tmp_path):

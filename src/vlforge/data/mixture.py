@@ -80,13 +80,21 @@ class Mixture:
 
             self.sources = [ShuffledSource(s, seed=seed, entry=i, block=shuffle_block)
                             for i, s in enumerate(self.sources)]
-        self.weights, self.limits = zip(*shares(entries, lambda i: self.sources[i].records()), strict=True) \
-            if entries else ((), ())
+        self.weights, self.limits = zip(*shares(entries, self._size), strict=True) if entries else ((), ())
         self.epochs = epochs
         self.rng = random.Random(seed)
         self.epoch = 0
         self.taken = [0] * len(entries)
         self.ended = self._empty()
+
+    def _size(self, i: int) -> int:
+        """How much shard ``i`` holds, for :func:`shares`: its records, or for a JSON / JSON Lines shard without a
+        ``max_samples`` to split its bytes (in proportion to its records, and read without scanning the file in every
+        rank and worker)."""
+        entry = self.entries[i]
+        if entry.max_samples is None and entry.data_type in ("json", "jsonl"):
+            return entry.path.stat().st_size
+        return self.sources[i].records()
 
     def _empty(self) -> list[bool]:
         """Sources with nothing to give this epoch (a shard of no records): ended before the first draw."""

@@ -19,7 +19,7 @@ from rich.table import Table
 
 from vlforge.errors import VlforgeError
 from vlforge.outputs import atomic_write_bytes
-from vlforge.profile.options import PLOT_FORMATS
+from vlforge.profile.options import PLOT_FORMATS, check_plot_format
 from vlforge.profile.report import Comparison, ProfileReport, RunProfile
 from vlforge.tables import print_table
 
@@ -133,6 +133,7 @@ def require_matplotlib() -> Any:
 
 def plot(report: ProfileReport, path: Path) -> Path:
     """Horizontal bars of median exclusive time per component (blocks and layers as totals), per run."""
+    check_plot_format(path)
     matplotlib = require_matplotlib()
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

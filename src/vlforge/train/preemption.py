@@ -102,23 +102,22 @@ class StopSignals:
         if threading.current_thread() is not threading.main_thread():
             logger.debug("stop signals: not the main thread; %s keep their default actions", ", ".join(self.names_))
             return
-        read_end, write_end = os.pipe()
-        os.set_blocking(write_end, False)
-        self._wakeup = (read_end, write_end)
+        global _fork_hook
         try:  # a Ctrl-C part-way (it can land between any two lines) undoes what was set
-            self._old_fd = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+            self._wakeup = os.pipe()
+            os.set_blocking(self._wakeup[1], False)
+            self._old_fd = signal.set_wakeup_fd(self._wakeup[1], warn_on_full_buffer=False)
             for signum in self.signums:
                 self._previous[signum] = signal.signal(signum, _noted)
             self._watcher = threading.Thread(target=self._watch, name="vlforge-stop-signals", daemon=True)
             self._watcher.start()
             _installed.append(self)
+            if not _fork_hook:  # once per process, at the first run (importing this module changes nothing)
+                os.register_at_fork(after_in_child=_forked)
+                _fork_hook = True
         except BaseException:
             self.close()
             raise
-        global _fork_hook
-        if not _fork_hook:  # once per process, at the first run (importing this module changes nothing)
-            os.register_at_fork(after_in_child=_forked)
-            _fork_hook = True
 
     def close(self) -> None:
         """Restore the previous handlers; a later signal has its old effect."""
