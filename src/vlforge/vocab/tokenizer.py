@@ -42,8 +42,10 @@ class TagEncoding:
         }
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model", "vocab.txt")
-"""Files of which a tokenizer directory holds at least one (fast, slow BPE, sentencepiece, WordPiece)."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt", "*.model",
+                   "*.tiktoken")
+"""Patterns of which a tokenizer directory holds at least one file (fast, slow BPE, WordPiece, sentencepiece
+models such as ``tokenizer.model`` or ``spiece.model``, tiktoken)."""
 
 
 def load_tokenizer(path: str | Path):
@@ -51,9 +53,8 @@ def load_tokenizer(path: str | Path):
     from vlforge.models.readers import read_tokenizer
 
     folder = Path(path)
-    if folder.is_dir() and not any((folder / name).is_file() for name in TOKENIZER_FILES) and not any(
-            folder.glob("*.tiktoken")):
-        raise ModelLoadError(f"{path}: no tokenizer files in it (none of {', '.join(TOKENIZER_FILES)}, *.tiktoken)")
+    if folder.is_dir() and not any(f.is_file() for pattern in TOKENIZER_FILES for f in folder.glob(pattern)):
+        raise ModelLoadError(f"{path}: no tokenizer files in it (none of {', '.join(TOKENIZER_FILES)})")
     try:
         return read_tokenizer(str(path))
     except (OSError, ValueError, TypeError, KeyError) as error:
