@@ -47,6 +47,12 @@ def close_matches(name: str, candidates: Iterable[str], n: int = 1, cutoff: floa
     return difflib.get_close_matches(str(name), [str(c) for c in candidates], n=n, cutoff=cutoff)
 
 
+def first_line(error: BaseException, limit: int = 300) -> str:
+    """The first non-empty line of ``error``'s message (its type's name when it has none), at most ``limit`` long."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return (lines[0] if lines else type(error).__name__)[:limit]
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
     """``"; did you mean 'x'?"`` for the closest candidate, or ``""``: appended to an error message."""
     found = close_matches(name, candidates)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vlforge.diagnosis.facts import DoctorError
-from vlforge.errors import VlforgeError
+from vlforge.errors import VlforgeError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -173,11 +173,6 @@ def _to_disk(key: tuple[Any, ...], audit: TokensAudit) -> None:
         logger.debug("tokens audit not cached (%s)", error)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 def _audit(path: Path, options: TokenOptions, template: bool):
     from vlforge.vocab import AuditOptions, run_audit
 
@@ -196,7 +191,7 @@ def run_tokens_audit(path: Path | None, options: TokenOptions) -> TokensAudit:
     try:
         key = _cache_key(path, options)
     except OSError as error:
-        return TokensAudit("skipped", f"cannot read {path}: {_first_line(error)}", str(path), options)
+        return TokensAudit("skipped", f"cannot read {path}: {first_line(error)}", str(path), options)
     if key in _CACHE:
         return _CACHE[key]
     cached = _from_disk(key, options)
@@ -237,13 +232,13 @@ def _audit_and_keep(key: tuple[Any, ...], path: Path, options: TokenOptions) -> 
         except TemplateError as error:
             if not options.extra_sources:
                 raise
-            template_skipped = _first_line(error)
+            template_skipped = first_line(error)
             report = _audit(path, options, template=False)
     except VlforgeError as error:
-        result = TokensAudit("skipped", _first_line(error), str(path), options)
+        result = TokensAudit("skipped", first_line(error), str(path), options)
     except Exception as error:  # a diagnostic must not crash on an unexpected checkpoint; say what happened
         logger.debug("tokens audit of %s failed", path, exc_info=True)
-        result = TokensAudit("failed", f"tokens audit failed ({type(error).__name__}: {_first_line(error)})",
+        result = TokensAudit("failed", f"tokens audit failed ({type(error).__name__}: {first_line(error)})",
                              str(path), options)
     else:
         result = TokensAudit("audited", None, str(path), options, list(report.findings),

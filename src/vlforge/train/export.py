@@ -84,7 +84,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, source: str | 
         with quiet_single_process():
             dcp.load({"model": weights}, checkpoint_id=checkpoint / WEIGHTS_DIR, no_dist=True)  # rank 0 alone
     except Exception as error:  # bytes changed in place: the ledger's sizes hold, the contents do not
-        raise ConfigError(f"{checkpoint / WEIGHTS_DIR}: cannot be read ({_first_line(error)})") from None
+        raise ConfigError(f"{checkpoint / WEIGHTS_DIR}: cannot be read ({_innermost_line(error)})") from None
     set_model_state_dict(model, weights)
     overrides = (state.get("config") or {}).get("model", {}).get("overwrite_config")
     if overrides:  # the trained model's config (LMMS Engine's overwrite_config), as training set it
@@ -119,7 +119,8 @@ def check_checkpoint(checkpoint: Path) -> None:
         raise ConfigError(f"{checkpoint}: not a complete vlforge checkpoint: {found}")
 
 
-def _first_line(error: BaseException) -> str:
+def _innermost_line(error: BaseException) -> str:
+    """The last line of DCP's error: the cause it wraps (its first line names only the ranks)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[-1] if lines else ''}"[:300]
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vlforge.config.preflight import METRICS_FILE
-from vlforge.errors import ConfigError
+from vlforge.errors import ConfigError, first_line
 from vlforge.outputs import atomic_write_text, record
 
 logger = logging.getLogger(__name__)
@@ -206,7 +206,7 @@ def _wandb(directory: Path, run_name: str, start_step: int, config: dict[str, An
             run = wandb.init(**kwargs, resume_from=f"{previous}?_step={start_step}")
         except Exception as error:
             logger.warning("wandb: run %s cannot be rewound to step %d (%s); continuing it as it is, without the "
-                           "steps it already holds", previous, start_step, _first_line(error))
+                           "steps it already holds", previous, start_step, first_line(error))
             run = _wandb_init(wandb, **kwargs, id=previous, resume="allow")
             done = max(start_step, int(getattr(run, "starting_step", 0) or 0) - 1)
     else:
@@ -219,10 +219,8 @@ def _wandb_init(wandb: Any, **kwargs: Any) -> Any:
     try:
         return wandb.init(**kwargs)
     except Exception as error:
-        raise ConfigError(f"logging.report_to: wandb could not start a run: {_first_line(error)} (set "
+        raise ConfigError(f"logging.report_to: wandb could not start a run: {first_line(error)} (set "
                           "WANDB_MODE=offline to log only to OUTPUT_DIR/wandb, or remove wandb from "
                           "logging.report_to)") from None
 
 
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0]

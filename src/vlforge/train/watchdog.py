@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from vlforge.dist import DistContext
-from vlforge.errors import ExitCode, VlforgeError
+from vlforge.errors import ExitCode, VlforgeError, first_line
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class Heartbeats:
         self._stop.set()
         self._thread.join(timeout=self.interval + 5)
         self._thread = None
-        state = "done" if error is None else f"failed {_first_line(error)}"
+        state = "done" if error is None else f"failed {first_line(error)}"
         with contextlib.suppress(Exception):
             self._publish(state)
 
@@ -152,7 +152,7 @@ class Heartbeats:
                 now = time.monotonic()
                 self._store_failing_since = self._store_failing_since or now
                 if now - self._store_failing_since >= self.timeout:
-                    self._exit(f"the run's c10d store is unreachable ({_first_line(error)})")
+                    self._exit(f"the run's c10d store is unreachable ({first_line(error)})")
                 continue
             self._store_failing_since = None
             if value != self._seen[0]:
@@ -215,5 +215,3 @@ class Heartbeats:
             time.sleep(self.interval / 4)
 
 
-def _first_line(error: BaseException) -> str:
-    return (str(error).strip().splitlines() or [type(error).__name__])[0][:300]

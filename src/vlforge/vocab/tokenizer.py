@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from vlforge.errors import ModelLoadError
+from vlforge.errors import ModelLoadError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,8 @@ def load_tokenizer(path: str | Path):
     try:
         return read_tokenizer(str(path))
     except (OSError, ValueError, TypeError, KeyError) as error:
-        first = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
-        raise ModelLoadError(f"{path}: cannot load a tokenizer ({type(error).__name__}: {first})") from error
+        raise ModelLoadError(f"{path}: cannot load a tokenizer ({type(error).__name__}: {first_line(error)})") \
+            from error
 
 
 def added_tokens(tok) -> dict[int, tuple[str, bool]]:
