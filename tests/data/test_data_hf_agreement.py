@@ -109,3 +109,39 @@ def test_glm4v_positions_and_multi_turn_labels(media_dir):
         sample.input_ids[None], sample.mm_token_type_ids[None], image_grid_thw=sample.image_grid_thw,
         video_grid_thw=sample.video_grid_thw)
     assert torch.equal(sample.position_ids, expected[:, 0])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # raised inside transformers' Glm4vProcessor
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "glm4v"])
+def test_a_video_of_frame_images_equals_the_hf_processor_fed_those_frames(tokenizer, media_dir, family):
+    """qwen-vl-utils' frame list: every frame, the last repeated to a temporal patch, frame i at i / sample_fps s."""
+    from vlforge.models.families import family as record
+    from vlforge.models.tiny import build_processor, build_tokenizer
+
+    hf = build_processor(family, build_tokenizer(family) if family in ("qwen3_5", "glm4v") else tokenizer)
+    proc = QwenVLProcessor.from_hf_processor(hf, family, video_min_pixels=16 * 16, video_max_pixels=64 * 64)
+    rng = np.random.default_rng(7)
+    frames = [rng.integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(5)]
+    for i, frame in enumerate(frames):
+        Image.fromarray(frame).save(media_dir / f"frame{i}.png")
+    part = {"type": "video", "video": [f"frame{i}.png" for i in range(5)], "sample_fps": 1.5}
+    messages = [{"role": "user", "content": [part, {"type": "text", "text": "What moves?"}]},
+                {"role": "assistant", "content": "Nothing."}]
+    ours = proc.process(parse_conversation({"messages": messages}, "s.jsonl", "line 1"), media_dir)
+
+    padded = frames + frames[-1:]  # 5 frames -> 6, a multiple of temporal_patch_size 2
+    frames_factor = len(padded) if record(family).video_resize_rule == "video" else 1
+    hf.video_processor.size = {"shortest_edge": 16 * 16, "longest_edge": 64 * 64 * frames_factor}
+    text = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+    meta = VideoMetadata(total_num_frames=6, fps=1.5, frames_indices=list(range(6)))
+    kwargs = {"fps": 1.5} if family == "qwen2_5_vl" else {}
+    out = hf(text=[text], videos=[np.stack(padded)], video_metadata=[meta], return_tensors="pt", **kwargs)
+
+    closing = 1 if family == "glm4v" else 0  # GLM's trained reply ends with <|endoftext|>, past the template's text
+    assert torch.equal(out["input_ids"][0], ours.input_ids[: len(ours.input_ids) - closing])
+    assert ours.video_grid_thw[0, 0].item() == 3
+    assert torch.equal(out["video_grid_thw"], ours.video_grid_thw)
+    torch.testing.assert_close(out["pixel_values_videos"].float(), ours.pixel_values_videos, atol=1e-6, rtol=0)
+    if family == "qwen2_5_vl":
+        assert ours.second_per_grid_ts.tolist() == pytest.approx([2 / 1.5])
+        torch.testing.assert_close(torch.as_tensor(out["second_per_grid_ts"]).float(), ours.second_per_grid_ts)

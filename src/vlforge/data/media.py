@@ -2,7 +2,8 @@
 
 A reference is a path (relative ones resolve against ``data_folder``), a ``file://`` URL (``file:///abs`` or
 ``file://relative``, as qwen-vl-utils reads them), a ``data:`` base64 URL, raw bytes, or a ``{"bytes": ...,
-"path": ...}`` dict (HF ``datasets``' ``Image`` feature: the bytes when present, else the path).
+"path": ...}`` dict (HF ``datasets``' ``Image`` feature: the bytes when present, else the path). A video may be a
+list of such references, its frames (:class:`FrameFiles`).
 Any other ``scheme://`` (``http``, ``https``, ``s3``, ``gs``, in any case) is refused (``remote_url``): nothing is
 downloaded while training.
 
@@ -31,6 +32,7 @@ from PIL import Image, UnidentifiedImageError
 
 from vlforge.data.config import as_named
 from vlforge.data.errors import SampleError
+from vlforge.data.schema import FRAME_LIST_FPS
 
 _OBJECT_REPR = re.compile(r"<_io\.\w+ object at 0x[0-9a-f]+>")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -47,6 +49,35 @@ class Media:
     def open(self):
         """A binary file object for the media."""
         return open(self.path, "rb") if self.path is not None else io.BytesIO(self.data)
+
+
+@dataclass(frozen=True)
+class FrameFiles:
+    """A video given as its frames' images, in order (qwen-vl-utils' and LLaMA-Factory's list of frame files)."""
+
+    frames: tuple[Media, ...]
+    rate: float
+    """Frames per second they were taken at (``sample_fps``)."""
+
+    @property
+    def label(self) -> str:
+        return f"{len(self.frames)} frames from {self.frames[0].label}"
+
+
+def resolve_item(kind: str, ref: Any, options: dict[str, Any], data_folder: str | Path, *, source: str,
+                 location: str, allow_path_escape: bool = False) -> Media | FrameFiles:
+    """One media part's reference: a video's list of frame references gives :class:`FrameFiles` (each frame
+    resolved as :func:`resolve_media` does, an error naming the frame), anything else :func:`resolve_media`."""
+    if kind != "video" or not isinstance(ref, (list, tuple)):
+        return resolve_media(ref, data_folder, source=source, location=location, allow_path_escape=allow_path_escape)
+    frames = []
+    for i, item in enumerate(ref):
+        try:
+            frames.append(resolve_media(item, data_folder, source=source, location=location,
+                                        allow_path_escape=allow_path_escape))
+        except SampleError as error:
+            raise SampleError(error.reason, source, location, f"frame {i} of {len(ref)}: {error.detail}") from None
+    return FrameFiles(tuple(frames), float(options.get("sample_fps", FRAME_LIST_FPS)))
 
 
 def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: str,
@@ -70,8 +101,8 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
     if isinstance(ref, (bytes, bytearray, memoryview)):
         return Media(None, bytes(ref), "<inline bytes>")
     if isinstance(ref, (list, tuple)):
-        fail("schema", f"a list of {len(ref)} references as one media item (qwen-vl-utils' video of frame images) is "
-                       "not read: give a video file")
+        fail("schema", f"a list of {len(ref)} references as one media item: only a video may be a list (of its "
+                       "frames)")
     if not isinstance(ref, str):
         fail("schema", f"media reference must be a string, got {type(ref).__name__}")
     scheme = _SCHEME.match(ref)

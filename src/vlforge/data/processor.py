@@ -25,9 +25,9 @@ from pydantic import ValidationError
 
 from vlforge.data.errors import SampleError
 from vlforge.data.lmms_labels import VideoLayout, encode_lmms
-from vlforge.data.media import load_image, resolve_media
+from vlforge.data.media import load_image, resolve_item
 from vlforge.data.rope import mrope_position_ids
-from vlforge.data.schema import Conversation, TextPart
+from vlforge.data.schema import FRAME_LIST_KEYS, Conversation, TextPart
 from vlforge.data.video import decode_video, frame_timestamps
 from vlforge.data.vision import VisionSettings, process_images, process_video_frames
 from vlforge.errors import ConfigError
@@ -113,7 +113,8 @@ class QwenVLProcessor:
         s, merge2 = self.settings, self.settings.merge_size ** 2
         images, texts, video_out, layouts = [], [], [], []
         for part in conv.media:
-            media = resolve_media(part.ref, data_folder, allow_path_escape=allow_path_escape, **where)
+            media = resolve_item(part.kind, part.ref, part.options, data_folder, allow_path_escape=allow_path_escape,
+                                 **where)
             if part.kind == "image":
                 images.append((load_image(media, **where), self._item_settings(part.options, conv, "image")))
                 texts.append(("image", len(images) - 1))
@@ -152,9 +153,9 @@ class QwenVLProcessor:
     def _item_settings(self, options: dict[str, Any], conv: Conversation, kind: str) -> VisionSettings:
         """The settings with an item's own options (an image's ``min_pixels`` / ``max_pixels``, a video's ``fps`` /
         ``frame_num`` / ``video_*``), validated."""
-        if not options:
+        overrides = {key: value for key, value in options.items() if key not in FRAME_LIST_KEYS}  # read when resolved
+        if not overrides:
             return self.settings
-        overrides = dict(options)
         if "frame_num" in overrides:
             overrides["video_sampling_strategy"] = "frame_num"
         elif "fps" in overrides:

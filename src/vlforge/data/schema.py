@@ -4,7 +4,8 @@ Records are read in their file's layout (:mod:`vlforge.data.layouts`: ``{role, c
 ``{from, value}`` conversations, keys and roles renamed by the dataset entry). A turn's content is a string or
 a list of parts as transformers' and OpenAI's chat formats write them: ``{"type": "text", "text": ...}``;
 ``{"type": "image", "image"|"url"|"path"|"base64": REF}``; ``{"type": "image_url", "image_url": REF or
-{"url": REF}}``; the same for ``video`` / ``video_url`` (with per-video options ``fps``, ...). ``<image>`` /
+{"url": REF}}``; the same for ``video`` / ``video_url`` (with per-video options ``fps``, ...; a video's REF may be a
+list of frame images, with ``sample_fps``). ``<image>`` /
 ``<video>`` placeholders in text, and media parts without a reference (``{"type": "image"}``), take the
 record's top-level images / videos (``images`` or ``image``: a path, bytes, an ``{"bytes", "path"}`` struct
 or a list) in order (in the ``messages`` layout, ``<image>`` is a placeholder only in a record that has such a
@@ -42,6 +43,12 @@ QWEN_VIDEO_KEYS = {"nframes": "frame_num", "min_frames": "video_min_frames", "ma
 """qwen-vl-utils' names of a video part's options, and the setting each one is."""
 QWEN_UNREAD_KEYS = ("resized_height", "resized_width", "video_start", "video_end", "min_frames_ratio")
 """qwen-vl-utils options vlforge does not apply: refused in one line, never ignored."""
+FRAME_LIST_FPS = 2.0
+"""The rate a video given as a list of frame images was sampled at, unless it says (qwen-vl-utils' default)."""
+FRAME_LIST_KEYS = ("sample_fps",)
+"""Options only a video given as frames takes (qwen-vl-utils' name of the rate its frames were sampled at)."""
+CLIP_ONLY_KEYS = ("fps", "frame_num")
+"""Options that sample a clip: a video given as frames is used whole (capped by ``video_max_frames``)."""
 _PLACEHOLDER = re.compile(r"<(image|video)>")
 _TOOL_ROLES = frozenset({"function_call", "observation", "tool", "function", "ipython", "tool_call", "tool_response"})
 """Role names of tool-call turns (LLaMA-Factory's, OpenAI's, Llama's): refused with that reason."""
@@ -123,7 +130,8 @@ def _part(raw: Any, fail) -> TextPart | MediaPart:
             fail(f"{base} option {unread!r} of qwen-vl-utils is not read by vlforge (give min_pixels / max_pixels"
                  + (", fps or nframes" if base == "video" else "") + ")")
         if base == "video":
-            options = {QWEN_VIDEO_KEYS.get(k, k): raw[k] for k in (*VIDEO_OPTION_KEYS, *QWEN_VIDEO_KEYS) if k in raw}
+            options = {QWEN_VIDEO_KEYS.get(k, k): raw[k]
+                       for k in (*VIDEO_OPTION_KEYS, *QWEN_VIDEO_KEYS, *FRAME_LIST_KEYS) if k in raw}
         else:
             options = {k: raw[k] for k in IMAGE_OPTION_KEYS if k in raw}
         part = MediaPart(base, _reference(raw, kind), options)
@@ -214,6 +222,30 @@ def _fill(messages: list[Message], pools: dict[str, tuple[str, list[Any]]], fail
             slot.ref = _url(item)
     if front:
         next(m for m in messages if m.role == "user").parts[:0] = front
+
+
+def _check_frames(part: MediaPart, fail) -> None:
+    """A list reference is a video's frame images (qwen-vl-utils, LLaMA-Factory): not an image, not empty, not
+    nested; its options are the frame-list ones, a video file's are the clip ones."""
+    frames = isinstance(part.ref, (list, tuple))
+    if frames and part.kind == "image":
+        fail(f"a list of {len(part.ref)} references as one image: only a video may be a list (of its frames)")
+    if frames and not part.ref:
+        fail("a video given as an empty list of frames")
+    if frames and (inner := next((r for r in part.ref if isinstance(r, (list, tuple)) or r is None), False)) \
+            is not False:
+        fail(f"a video's frame list holds {'null' if inner is None else 'a list'}: give one image per frame")
+    if frames and (clip := next((k for k in CLIP_ONLY_KEYS if k in part.options), None)):
+        shown = "fps" if clip == "fps" else "nframes / frame_num"
+        fail(f"video option {shown} samples a clip; a video given as {len(part.ref)} frames is used whole "
+             "(capped by max_frames / video_max_frames; sample_fps gives the rate its frames were taken at)")
+    if not frames and part.kind == "video" and (only := next((k for k in FRAME_LIST_KEYS if k in part.options),
+                                                             None)):
+        fail(f"video option {only!r} is the rate of a video given as a list of frames; a video file has its own "
+             "(use fps to choose how many frames are sampled)")
+    rate = part.options.get("sample_fps", FRAME_LIST_FPS)
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < float("inf"):
+        fail(f"video option sample_fps: must be a number > 0, got {rate!r}")
 
 
 def _alpaca_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> list[dict[str, str]]:
@@ -320,6 +352,9 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
     for i, message in enumerate(out):
         if message.role != "user" and any(isinstance(p, MediaPart) for p in message.parts):
             fail(f"message {i} ({message.role}) carries media; only user messages may")
+        for part in message.parts:
+            if isinstance(part, MediaPart):
+                _check_frames(part, fail)
     if not any(m.role == "assistant" and m.trained for m in out):
         fail("no assistant message to train on: nothing to learn from", "no_labels")
     return Conversation(out, source, location)

@@ -1,5 +1,5 @@
-"""Qwen's frame-sampling rules, the data pipeline's video decode (:mod:`vlforge.media.decode`, seeking),
-Qwen3-VL frame timestamps.
+"""Qwen's frame-sampling rules, the data pipeline's video decode (:mod:`vlforge.media.decode`, seeking; a video
+given as frame images), Qwen3-VL frame timestamps.
 
 Example:
     >>> sample_frame_indices(total_frames=30, video_fps=10.0, fps=2.0, min_frames=4, max_frames=768,
@@ -16,11 +16,11 @@ import math
 import numpy as np
 
 from vlforge.data.errors import SampleError
-from vlforge.data.media import Media
+from vlforge.data.media import FrameFiles, Media, load_image
 from vlforge.data.vision import VisionSettings
 from vlforge.media.decode import DECODE_ERRORS, DecodedVideo, read_video
 
-__all__ = ["DecodedVideo", "decode_video", "frame_timestamps", "sample_frame_indices"]
+__all__ = ["DecodedVideo", "decode_video", "frame_timestamps", "read_frame_files", "sample_frame_indices"]
 
 
 def _floor_to(n: float, k: int) -> int:
@@ -65,11 +65,36 @@ def frame_timestamps(indices: list[int], video_fps: float, temporal_patch_size: 
             for i in range(0, len(idx), temporal_patch_size)]
 
 
-def decode_video(media: Media, settings: VisionSettings, *, source: str, location: str,
+def read_frame_files(files: FrameFiles, settings: VisionSettings, *, source: str, location: str,
+                     max_frames: int | None = None) -> DecodedVideo:
+    """A video given as frame images, as qwen-vl-utils reads one: every frame, the last repeated up to a multiple
+    of ``temporal_patch_size``, frame ``i`` at ``i / rate`` seconds. More frames than ``video_max_frames`` are
+    sampled evenly down to it. Frames of different sizes are a ``corrupt_video`` :class:`SampleError`."""
+    images = [np.asarray(load_image(frame, source=source, location=location)) for frame in files.frames]
+    first = images[0].shape
+    if odd := next((i for i, image in enumerate(images) if image.shape != first), None):
+        size = "{1}x{0}".format
+        raise SampleError("corrupt_video", source, location,
+                          f"frame {odd} of {files.label} is {size(*images[odd].shape)}, frame 0 is {size(*first)}: "
+                          "the frames of one video must share a size")
+    tp, count = settings.temporal_patch_size, len(images)
+    cap = max(tp, (max_frames or settings.video_max_frames) // tp * tp)
+    if count > cap:
+        indices = sample_frame_indices(count, files.rate, frame_num=cap, max_frames=cap, temporal_patch_size=tp)
+        return DecodedVideo([images[i] for i in indices], indices, files.rate, count, "frames", count)
+    padded = count + -count % tp
+    return DecodedVideo(images + [images[-1]] * (padded - count), list(range(padded)), files.rate, padded, "frames",
+                        count)
+
+
+def decode_video(media: Media | FrameFiles, settings: VisionSettings, *, source: str, location: str,
                  fps: float | None = None, frame_num: int | None = None, max_frames: int | None = None
                  ) -> DecodedVideo:
     """Sample and decode frames (seeking, see :mod:`vlforge.media.decode`); undecodable input is a
-    ``corrupt_video`` :class:`SampleError`."""
+    ``corrupt_video`` :class:`SampleError`. Frame images (:class:`FrameFiles`) are read by
+    :func:`read_frame_files`."""
+    if isinstance(media, FrameFiles):
+        return read_frame_files(media, settings, source=source, location=location, max_frames=max_frames)
     by_num = settings.video_sampling_strategy == "frame_num" or frame_num is not None
 
     def pick(total: int, rate: float) -> list[int]:
