@@ -1,4 +1,5 @@
-"""Ctrl-C in any command is one error line and exit 130 (typer alone would exit 130 without a word)."""
+"""Ctrl-C in any command is one error line and exit 130 (typer alone would exit 130 without a word); SIGTERM one line
+and exit 143 (the default action ends the process without one)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,74 @@ def test_ctrl_c_before_the_command_runs_is_the_same_line(monkeypatch, capsys):
         cli.main(["version"])
     assert stopped.value.code == ExitCode.INTERRUPTED
     assert capsys.readouterr().err.strip() == "error: interrupted (Ctrl-C)"
+
+
+def _terminated(_options):
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGTERM)
+    raise AssertionError("SIGTERM did not stop the job")
+
+
+def test_sigterm_in_a_command_is_one_line_and_exit_143_and_the_handler_is_restored(monkeypatch):
+    import signal
+
+    from vlforge.command import sigterm_raises
+    from vlforge.errors import Terminated
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    job = Job(check=lambda options: None, run=_terminated, render=lambda *a: None, to_json=str,
+              exit_code=lambda report: ExitCode.OK)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with pytest.raises(Terminated) as caught, sigterm_raises():
+            execute(job, None, as_json=False, console=Console(file=io.StringIO()))
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert caught.value.exit_code == ExitCode.TERMINATED == 143 and str(caught.value) == "terminated (SIGTERM)"
+
+
+def test_sigterm_keeps_its_handler_under_torchrun_or_when_someone_set_one(monkeypatch):
+    import signal
+
+    from vlforge.command import sigterm_raises
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        with sigterm_raises():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        monkeypatch.delenv("WORLD_SIZE")
+        mine = signal.signal(signal.SIGTERM, lambda *a: None)
+        with sigterm_raises():
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL and signal.getsignal(signal.SIGTERM) != mine
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_terminated_cli_process_says_so_and_exits_143(tmp_path):
+    """A real process, SIGTERM while the CLI's start-up check runs (standing in for any long step of a command)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = ("import os, signal, time, sys\n"
+              "import vlforge.cli as cli\n"
+              "def slow():\n"
+              "    print('ready', flush=True)\n"
+              "    time.sleep(60)\n"
+              "cli.check_startup = slow\n"
+              "cli.main(['version'])\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={k: v for k, v in os.environ.items() if k != "WORLD_SIZE"})
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.strip() == "error: terminated (SIGTERM)", err
+    assert time.monotonic() - started < 30

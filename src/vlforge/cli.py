@@ -31,7 +31,8 @@ from rich.markup import escape
 
 from vlforge.about import version_line
 from vlforge.collector import freeze_at_exit
-from vlforge.errors import EXIT_CODES_HELP, Interrupted, VlforgeError
+from vlforge.command import TerminateSignal, execute, sigterm_raises
+from vlforge.errors import EXIT_CODES_HELP, Interrupted, Terminated, VlforgeError
 from vlforge.flags import Flag, build, parameters
 from vlforge.strict import StrictModel
 from vlforge.tables import report_console
@@ -147,7 +148,6 @@ def _hide_bool_metavars(command: Any) -> Any:
 
 def build_command(name: str, entry: Entry) -> Any:
     """The click command of ``entry``: its parameters from the options model, its body the job's convention."""
-    from vlforge.command import execute
     from vlforge.flags import json_parameter
 
     spec = _load(entry.target)
@@ -257,10 +257,12 @@ def main(argv: list[str] | None = None) -> None:
     """
     freeze_at_exit()  # the interpreter's shutdown then skips walking the heap (~1.3 s with torch imported)
     try:
-        check_startup()  # an older torch or transformers than supported: one line, before any of it is imported
-        _command()(args=argv, prog_name="vlforge")
-    except (VlforgeError, KeyboardInterrupt) as caught:  # a Ctrl-C before the command ran: Interrupted as in it
-        error = caught if isinstance(caught, VlforgeError) else Interrupted()
+        with sigterm_raises():
+            check_startup()  # an older torch or transformers than supported: one line, before any of it is imported
+            _command()(args=argv, prog_name="vlforge")
+    except (VlforgeError, KeyboardInterrupt, TerminateSignal) as caught:  # outside a command: as in one
+        error = caught if isinstance(caught, VlforgeError) else \
+            Interrupted() if isinstance(caught, KeyboardInterrupt) else Terminated()
         for line in str(error).splitlines() or [""]:
             console.print(f"[bold red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
         sys.exit(error.exit_code)

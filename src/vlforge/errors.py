@@ -35,11 +35,14 @@ class ExitCode(IntEnum):
     the run died or stalled; the newest complete checkpoint is intact and the same command continues from it."""
     INTERRUPTED = 130
     """Interrupted from the keyboard (Ctrl-C, SIGINT), as shells count it; training says where it stopped."""
+    TERMINATED = 143
+    """Ended by SIGTERM (``kill``, ``timeout``, a scheduler's time limit) where it was, as shells count it (one process;
+    training takes SIGTERM as a stop signal: a checkpoint, then 4)."""
 
 
 EXIT_CODES_HELP = ("Exit codes: 0 ok; 1 done with warnings; 2 bad input (one error line, nothing run); "
                    "3 the verdict is a failure; train only: 4 stopped by a signal after a checkpoint, 5 a write failed "
-                   "or a process of the run was lost (the same command resumes); 130 interrupted (Ctrl-C).")
+                   "or a process of the run was lost (the same command resumes); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).")
 
 
 def close_matches(name: str, candidates: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
@@ -71,6 +74,15 @@ class Interrupted(VlforgeError):
     exit_code = ExitCode.INTERRUPTED
 
     def __init__(self, message: str = "interrupted (Ctrl-C)") -> None:
+        super().__init__(message)
+
+
+class Terminated(Interrupted):
+    """SIGTERM stopped a command where it was (one line, exit 143; see :func:`vlforge.command.sigterm_raises`)."""
+
+    exit_code = ExitCode.TERMINATED
+
+    def __init__(self, message: str = "terminated (SIGTERM)") -> None:
         super().__init__(message)
 
 
