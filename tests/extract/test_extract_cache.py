@@ -133,6 +133,19 @@ def test_other_options_are_refused_unless_overwrite(tmp_path, qwen3_ckpt, image_
     assert summary.shards_written == 2 and summary.complete
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["options"]["batch_size"] == 4 and manifest["num_rows"] == 17
+    assert manifest["options"]["dtype"] == "float32"
+    summary = run_extract(**common, batch_size=4, shard_size=16, dtype="fp32")  # an alias is the same cache
+    assert (summary.shards_written, summary.shards_reused) == (0, 2)
+
+
+def test_a_cache_made_with_a_dtype_alias_keeps_its_spelling(tmp_path):
+    """Caches written before dtypes were canonical hold the alias they were given, inside their fingerprint."""
+    from vlforge.extract.manifest import MANIFEST, as_cached
+
+    (tmp_path / MANIFEST).write_text(json.dumps({"options": {"dtype": "bf16", "batch_size": 8}}))
+    assert as_cached(tmp_path, {"dtype": "bfloat16", "batch_size": 8}) == {"dtype": "bf16", "batch_size": 8}
+    assert as_cached(tmp_path, {"dtype": "float16", "batch_size": 8}) == {"dtype": "float16", "batch_size": 8}
+    assert as_cached(tmp_path / "new", {"dtype": "bfloat16"}) == {"dtype": "bfloat16"}
 
 
 def test_not_a_cache_directory_is_refused(tmp_path, qwen3_ckpt, image_dataset, loaded):

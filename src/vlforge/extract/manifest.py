@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -21,12 +22,13 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from vlforge.errors import VlforgeError
+from vlforge.errors import ConfigError, VlforgeError
 from vlforge.extract.shards import (
     read_receipt,
     remove_cache_files,
     sha256_file,
 )
+from vlforge.models.refs import dtype_name
 from vlforge.outputs import atomic_write_bytes, atomic_write_json
 
 logger = logging.getLogger(__name__)
@@ -119,13 +121,25 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def as_cached(root: Path, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the dtype spelled as the cache in ``root`` spells the same dtype: caches made before dtypes
+    were canonical keep the alias they were given (``bf16``), which is part of their fingerprint."""
+    existing = read_manifest(root) if root.is_dir() else None
+    cached = (existing or {}).get("options", {}).get("dtype")
+    if isinstance(cached, str) and cached != options.get("dtype"):
+        with contextlib.suppress(ConfigError):
+            if dtype_name(cached) == options.get("dtype"):
+                return {**options, "dtype": cached}
+    return options
+
+
 def check_options(root: Path, options: dict[str, Any]) -> None:
     """Before the model loads: a cache in ``root`` made with other options (``--batch-size``, ``--features``, ...)
     is refused at once, as :func:`prepare` would refuse it after loading the model."""
     existing = read_manifest(root) if root.is_dir() else None
     if existing is None or "options" not in existing:
         return
-    found = _first_difference("options", existing["options"], json.loads(json.dumps(options)))
+    found = _first_difference("options", existing["options"], json.loads(json.dumps(as_cached(root, options))))
     if found is not None:
         raise CacheError(f"{root} holds a cache of other options ({found}); use --overwrite to replace it or choose "
                          "another --out")

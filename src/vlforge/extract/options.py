@@ -98,8 +98,7 @@ class ExtractOptions(StrictModel):
     @field_validator("dtype")
     @classmethod
     def _dtype(cls, value: str) -> str:
-        dtype_name(value)  # an unknown name (or auto: a cache has one dtype) is refused here, before the model loads
-        return value
+        return dtype_name(value)  # canonical (bf16 and bfloat16 are one cache); unknown or auto refused here
 
     @model_validator(mode="after")
     def _layers_need_hidden_features(self) -> ExtractOptions:

@@ -96,7 +96,7 @@ def _device(spec: str) -> torch.device:
     return resolve_device(spec)
 
 
-def _header(opts: ExtractOptions, loaded: Any, processor: Any, cfg: Any, entries: list[Any], total: int,
+def _header(opts: ExtractOptions, root: Path, loaded: Any, processor: Any, cfg: Any, entries: list[Any], total: int,
             extractor: FeatureExtractor) -> dict[str, Any]:
     model = {"id": loaded.source, "family": loaded.family, **mf.hash_model(Path(loaded.path), opts.weights_hash)}
     data = {"entries": [{"file": e.path.name, "sha256": sha256_file(e.path), "data_type": e.data_type,
@@ -113,7 +113,8 @@ def _header(opts: ExtractOptions, loaded: Any, processor: Any, cfg: Any, entries
                       "shape": ["n", *tails[key]] if key in RAGGED else tails[key],
                       "description": FEATURES.get(key, "per item: [kind (1 image, 2 video), tokens]")}
                 for key in stored_keys(opts.features)}
-    header = {"format_version": mf.FORMAT_VERSION, "model": model, "data": data, "options": opts.cache_options(),
+    header = {"format_version": mf.FORMAT_VERSION, "model": model, "data": data,
+              "options": mf.as_cached(root, opts.cache_options()),
               "features": features, "num_shards": len(shard_ranges(total, opts.shard_size)),
               "data_paths": [str(e.path) for e in entries]}
     header["fingerprint"] = mf.fingerprint(header)
@@ -207,7 +208,7 @@ def _run(opts: ExtractOptions, ctx: DistContext, progress: bool, start: float, l
             total = count_records(entries)
             if not total:
                 raise DataError(f"--data {opts.data}: the datasets hold no records")
-            header = _header(opts, loaded, processor, cfg, entries, total, extractor)
+            header = _header(opts, root, loaded, processor, cfg, entries, total, extractor)
             resumed = mf.prepare(root, header, overwrite=opts.overwrite)
             stale = remove_stale(root)
             ranges = shard_ranges(total, opts.shard_size)
