@@ -37,6 +37,7 @@ from vlforge.data.config import (
 )
 from vlforge.errors import ConfigError, DataError
 from vlforge.models.families import names, supports
+from vlforge.models.refs import check_model_ref, local_checkpoint, text_setting
 from vlforge.outputs import check_output_dir
 
 if TYPE_CHECKING:
@@ -47,7 +48,6 @@ def preflight(opts: ExtractOptions) -> tuple[Path, DataConfig, Path, list[Resolv
     """All checks before work: ``(cache root, data config, its base dir, resolved entries)``, or one-line errors."""
     from vlforge.extract import manifest
     from vlforge.models.presets import PRESET_PREFIX, REAL_PREFIX
-    from vlforge.models.refs import check_model_ref, local_checkpoint
 
     root = check_output_dir(opts.out, flag="--out", mode="into")
     manifest.check_target(root)
@@ -132,8 +132,7 @@ def check_against_config(config_path: Path, options: ExtractOptions) -> None:
     if "deepstack" in options.features and family and not supports(family, "deepstack"):
         raise ConfigError(f"--features deepstack: {family} has no deepstack features "
                           f"(only {', '.join(names(deepstack=True))})")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    layers = text.get("num_hidden_layers", config.get("num_hidden_layers"))
+    layers = text_setting(config, "num_hidden_layers")
     if not isinstance(layers, int):
         return  # an unusual layout: the loaded model is checked by FeatureExtractor
     check_layers(options.layers, layers + 1)

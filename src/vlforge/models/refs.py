@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from vlforge.errors import ConfigError, ModelLoadError
 from vlforge.models.presets import PRESET_PREFIX, REAL_PREFIX, parse_preset, parse_real
@@ -36,6 +37,13 @@ def dtype_name(dtype: str) -> str:
     if key not in DTYPE_NAMES:
         raise ConfigError(f"unknown dtype {dtype!r}; use one of {', '.join(sorted(DTYPE_NAMES))}")
     return DTYPE_NAMES[key]
+
+
+def text_setting(config: dict[str, Any], key: str) -> Any:
+    """``key`` of a checkpoint's language model from its ``config.json``: ``text_config``'s (a VLM), else the top
+    level's (None when neither has it)."""
+    text = config.get("text_config")
+    return text[key] if isinstance(text, dict) and key in text else config.get(key)
 
 
 def local_checkpoint(text: str) -> Path | None:

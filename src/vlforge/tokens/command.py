@@ -70,7 +70,7 @@ def check_rows(model: Path | str | None, ids: list[int], flag: str) -> None:
     """``ids`` against a local checkpoint's ``vocab_size`` (config.json; its embedding rows), before it loads: the
     same line the loaded model would give, seconds earlier. Presets and hub ids are checked once loaded."""
     from vlforge.models.presets import PRESET_PREFIX, REAL_PREFIX
-    from vlforge.models.refs import local_checkpoint
+    from vlforge.models.refs import local_checkpoint, text_setting
 
     if model is None or not ids or str(model).startswith((PRESET_PREFIX, REAL_PREFIX)):
         return
@@ -81,8 +81,7 @@ def check_rows(model: Path | str | None, ids: list[int], flag: str) -> None:
         config = json.loads((local / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # the loader names an unreadable config
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    rows = text.get("vocab_size", config.get("vocab_size"))
+    rows = text_setting(config, "vocab_size")
     bad = [i for i in ids if isinstance(rows, int) and not 0 <= i < rows]
     if bad:
         raise ConfigError(f"{flag} {bad}: outside the embedding rows [0, {rows})")
