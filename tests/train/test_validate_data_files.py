@@ -72,3 +72,25 @@ def test_cli_validate_exits_2_with_one_line_per_missing_file(workdir: Path) -> N
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.splitlines() == ["error: run.yaml: data.datasets.0.path: a.jsonl: file not found",
                                         "error: run.yaml: data.datasets.1.path: b.jsonl: file not found"]
+
+
+def test_the_files_of_a_directory_entry_share_the_records_validate_reads(tmp_path: Path) -> None:
+    """A directory of many shards is not read 1,000 records per shard: its files share the budget, 20 at least."""
+    import json
+
+    from vlforge.config.data_check import SHARD_RECORDS, record_checks
+    from vlforge.config.schema import TrainConfig
+
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    (tmp_path / "shards").mkdir()
+    for i in range(4):
+        (tmp_path / "shards" / f"part-{i}.jsonl").write_text((json.dumps(row) + "\n") * 60)
+    (tmp_path / "one.jsonl").write_text((json.dumps(row) + "\n") * 60)
+    cfg = TrainConfig(data={"datasets": [{"path": str(tmp_path / "shards")}, {"path": str(tmp_path / "one.jsonl")}]},
+                      model={"load_from_pretrained_path": "tiny:qwen3_vl"})
+    checks, problems = record_checks(cfg, "run.yaml", limit=100)
+    assert not problems
+    assert [(Path(c.path).name, c.read, c.records) for c in checks] == [
+        *[(f"part-{i}.jsonl", 25, 60) for i in range(4)], ("one.jsonl", 60, 60)]
+    checks, _ = record_checks(cfg, "run.yaml", limit=40)
+    assert [c.read for c in checks] == [SHARD_RECORDS] * 4 + [40]

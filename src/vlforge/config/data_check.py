@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,10 @@ from vlforge.data.config import ResolvedEntry
 from vlforge.errors import ConfigError, DataError
 
 CHECK_RECORDS = 1000
-"""Records ``vlforge validate`` reads from the start of each data file."""
+"""Records ``vlforge validate`` reads from the start of each data file (of a directory or pattern entry: shared by
+its files, at least :data:`SHARD_RECORDS` each)."""
+SHARD_RECORDS = 20
+"""The fewest records ``vlforge validate`` reads from each file of a directory or pattern entry."""
 SHOWN_FAILURES = 5
 """Failing records ``vlforge validate`` shows per data file."""
 
@@ -183,7 +187,8 @@ class RecordCheck:
 def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", limit: int = CHECK_RECORDS
                   ) -> tuple[list[RecordCheck], list[Problem]]:
     """Read the first ``limit`` records of every data file as training reads them (layout, turns, media references;
-    nothing decoded). Problems: a failing record when ``data.on_error`` is ``raise`` (training would stop at it), or
+    nothing decoded); the files of one directory or pattern entry share ``limit``, at least :data:`SHARD_RECORDS`
+    each. Problems: a failing record when ``data.on_error`` is ``raise`` (training would stop at it), or
     more failing records than ``data.max_skip_fraction`` allows when it is ``skip``."""
     from vlforge.data.errors import SampleError, SkipLedger, limit_error, over_limit
     from vlforge.data.layouts import file_format
@@ -195,8 +200,10 @@ def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", lim
     checks: list[RecordCheck] = []
     problems: list[Problem] = []
     escape = cfg.data.allow_path_escape
+    files = Counter((named.origin, named.key) for named in found)  # an entry naming a directory: its shards
     for named in found:
         entry = named.entry
+        per_file = max(min(limit, SHARD_RECORDS), limit // files[named.origin, named.key])
         try:
             fmt = file_format(entry)
             source = open_source(entry.path, entry.data_type)
@@ -207,7 +214,7 @@ def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", lim
             continue
         ledger, examples = SkipLedger(), []
         try:
-            for raw in source.head(limit):
+            for raw in source.head(per_file):
                 ledger.seen += 1
                 try:
                     if raw.error is not None:
