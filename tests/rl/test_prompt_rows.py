@@ -69,3 +69,22 @@ def test_verl_and_easyr1_image_rows_in_the_forms_their_datasets_hold(tmp_path):
     with pytest.raises(DataError, match=r"bare.jsonl: row 0: 1 image\(s\) but 0 <image> placeholder\(s\) in its "
                                         r"prompt \(verl puts each image at an <image> of the text\)"):
         read_prompts(bare, engine="verl")
+
+
+def test_a_parquet_train_file_is_read_only_as_far_as_the_rows_asked_for(tmp_path):
+    """verl's train files hold their images: the first rows come from the first record batches, not the whole file;
+    a file that is not parquet is one line naming it."""
+    import pytest
+
+    from vlforge.errors import DataError
+
+    path = tmp_path / "train.parquet"
+    rows = [{"prompt": [{"role": "user", "content": f"{i}+1?"}], "reward_model": {"ground_truth": str(i + 1)}}
+            for i in range(50)]
+    pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=8)
+    got = read_prompts(path, engine="verl", limit=11)
+    assert [row.answer for row in got] == [str(i + 1) for i in range(11)]
+    assert len(read_prompts(path, engine="verl")) == 50 and len(read_prompts(path, engine="verl", limit=80)) == 50
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(DataError, match=r"bad\.parquet: cannot read it as parquet \("):
+        read_prompts(tmp_path / "bad.parquet", engine="verl", limit=3)

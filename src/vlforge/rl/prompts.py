@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vlforge.errors import DataError
+from vlforge.errors import DataError, first_line
 
 SUFFIXES = (".parquet", ".jsonl", ".json")
 PROMPT_KEYS = {"verl": "prompt", "easyr1": "prompt", "trl": "prompt", "openrlhf": "input"}
@@ -111,15 +111,29 @@ def _json_rows(path: Path, limit: int | None) -> list[dict]:
     return data[:limit] if limit is not None else data
 
 
-def _load_rows(path: Path, limit: int | None) -> list[dict]:
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+def _parquet_rows(path: Path, limit: int | None) -> list[dict]:
+    """The first ``limit`` rows, reading only the record batches that hold them (a train file's images are inside)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
-        if limit is not None:
-            table = table.slice(0, limit)
-        return [_native(r) for r in table.to_pylist()]
-    return _json_rows(path, limit)
+    try:
+        handle = pq.ParquetFile(path)
+        if limit is None:
+            table = handle.read()
+        else:
+            batches = []
+            for batch in handle.iter_batches(batch_size=max(1, min(limit, 1024))):
+                batches.append(batch)
+                if sum(b.num_rows for b in batches) >= limit:
+                    break
+            table = pa.Table.from_batches(batches, schema=handle.schema_arrow).slice(0, limit)
+    except (pa.ArrowException, OSError) as error:
+        raise DataError(f"{path}: cannot read it as parquet ({first_line(error)})") from None
+    return [_native(r) for r in table.to_pylist()]
+
+
+def _load_rows(path: Path, limit: int | None) -> list[dict]:
+    return _parquet_rows(path, limit) if path.suffix == ".parquet" else _json_rows(path, limit)
 
 
 def _messages(value: Any, path: Path, index: int, key: str) -> tuple[list[dict], bool]:
