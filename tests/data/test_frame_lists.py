@@ -53,7 +53,7 @@ def test_more_frames_than_max_frames_are_sampled_evenly_down_to_it(make_processo
     names = _frames(tmp_path, 10)
     video = _read(make_processor("qwen3_vl"), {"type": "video", "video": names, "max_frames": 4, "sample_fps": 5},
                   tmp_path)
-    assert video.indices == [0, 3, 6, 9] and video.total_frames == 10
+    assert video.indices == [0, 3, 6, 9] and video.total_frames == 10 and video.frames_decoded == 4
     assert video.sample_fps == pytest.approx(2.0)  # 4 of 10 frames taken at 5 per second
     assert np.array_equal(video.frames[1], np.asarray(Image.open(tmp_path / "f3.png").convert("RGB")))
 

@@ -69,22 +69,25 @@ def read_frame_files(files: FrameFiles, settings: VisionSettings, *, source: str
                      max_frames: int | None = None) -> DecodedVideo:
     """A video given as frame images, as qwen-vl-utils reads one: every frame, the last repeated up to a multiple
     of ``temporal_patch_size``, frame ``i`` at ``i / rate`` seconds. More frames than ``video_max_frames`` are
-    sampled evenly down to it. Frames of different sizes are a ``corrupt_video`` :class:`SampleError`."""
-    images = [np.asarray(load_image(frame, source=source, location=location)) for frame in files.frames]
-    first = images[0].shape
-    if odd := next((i for i, image in enumerate(images) if image.shape != first), None):
-        size = "{1}x{0}".format
-        raise SampleError("corrupt_video", source, location,
-                          f"frame {odd} of {files.label} is {size(*images[odd].shape)}, frame 0 is {size(*first)}: "
-                          "the frames of one video must share a size")
-    tp, count = settings.temporal_patch_size, len(images)
+    sampled evenly down to it (only those are decoded). Frames of different sizes are a ``corrupt_video``
+    :class:`SampleError`."""
+    tp, count = settings.temporal_patch_size, len(files.frames)
     cap = max(tp, (max_frames or settings.video_max_frames) // tp * tp)
     if count > cap:
         indices = sample_frame_indices(count, files.rate, frame_num=cap, max_frames=cap, temporal_patch_size=tp)
-        return DecodedVideo([images[i] for i in indices], indices, files.rate, count, "frames", count)
-    padded = count + -count % tp
-    return DecodedVideo(images + [images[-1]] * (padded - count), list(range(padded)), files.rate, padded, "frames",
-                        count)
+        taken, total = indices, count
+    else:
+        total = count + -count % tp
+        indices, taken = list(range(total)), [min(i, count - 1) for i in range(total)]
+    decoded = {i: np.asarray(load_image(files.frames[i], source=source, location=location)) for i in sorted(set(taken))}
+    first, reference = next(iter(decoded.items()))
+    for i, image in decoded.items():
+        if image.shape != reference.shape:
+            size = "{1}x{0}".format
+            raise SampleError("corrupt_video", source, location,
+                              f"frame {i} of {files.label} is {size(*image.shape)}, frame {first} is "
+                              f"{size(*reference.shape)}: the frames of one video must share a size")
+    return DecodedVideo([decoded[i] for i in taken], indices, files.rate, total, "frames", len(decoded))
 
 
 def decode_video(media: Media | FrameFiles, settings: VisionSettings, *, source: str, location: str,
