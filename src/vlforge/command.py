@@ -64,7 +64,8 @@ def sigterm_raises() -> Iterator[None]:
     launch (``WORLD_SIZE`` > 1: torchrun ends its workers with SIGTERM, perhaps inside a collective that would hold
     the handler back) and processes forked inside (they take SIGTERM's default action)."""
     if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL or int(os.environ.get("WORLD_SIZE") or 1) > 1):
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+            or (os.environ.get("WORLD_SIZE") or "1").strip() != "1"):
         yield
         return
     owner = os.getpid()
