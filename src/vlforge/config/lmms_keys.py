@@ -160,7 +160,6 @@ INERT: dict[str, str] = {
     "trainer_args.load_best_model_at_end": _EVAL,
     "trainer_args.metric_for_best_model": _EVAL,
     "trainer_args.greater_is_better": _EVAL,
-    "trainer_args.ignore_data_skip": "both engines resume the data exactly where the checkpoint left it",
     "trainer_args.restore_callback_states_from_checkpoint": _HF,
     "trainer_args.full_determinism": _HF,
     "trainer_args.parallelism_config": _ACCEL,

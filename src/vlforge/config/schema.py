@@ -394,6 +394,10 @@ class CheckpointingConfig(StrictModel):
     """Keep at most this many checkpoints (oldest deleted first); null keeps all."""
     resume: str = Field(default="auto", min_length=1)
     """``auto`` (latest checkpoint in output_dir, if any), ``none``, or a checkpoint directory."""
+    ignore_data_skip: bool = False
+    """On resume, read the data from its start instead of where the checkpoint left it (transformers' name): the
+    weights, optimiser, schedule and step still resume. Needed when the data files changed since the checkpoint
+    (a resume on other files is refused otherwise)."""
 
 
 class TrainConfig(StrictModel):

@@ -54,6 +54,7 @@ from vlforge.config.preflight import DATA_REPORT, FINAL_DIR
 from vlforge.config.schema import TrainConfig
 from vlforge.data.config import resolve_entries
 from vlforge.data.errors import SkipLedger, SkipWarnings, limit_error, over_limit
+from vlforge.data.identity import data_files
 from vlforge.dist import DistContext, init_distributed
 from vlforge.errors import ConfigError, DataError, VlforgeError, WriteError
 from vlforge.models.blocks import CompileWatch
@@ -251,6 +252,7 @@ class Trainer:
         self.step_losses: list[torch.Tensor] = []  # this rank's token-loss sum of each micro-batch of the last step
         self.guard: StepGuard | None = None
         self.sources: list[str] = []  # the dataset file of each data entry, to name a batch's samples
+        self.data_files: list[dict[str, Any]] = []  # their identities, saved with each checkpoint (resume checks)
         self.keep_gathered: bool | None = None  # the start-up plan's answer for fsdp.reshard_after_forward (auto)
 
     # -- set-up -----------------------------------------------------------------------------------
@@ -263,6 +265,13 @@ class Trainer:
         self.check_outputs()
         seed_everything(cfg.training.seed)
         self.check_layout()
+        self.data_cfg = data_config(cfg)
+        entries = resolve_entries(self.data_cfg, self.base_dir)
+        self.sources = [str(entry.path) for entry in entries]
+        self.data_files = data_files(entry.path for entry in entries)
+        self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir, warn=ctx.is_main)
+        if self.resumed_from is not None and not cfg.checkpointing.ignore_data_skip:
+            ckpt.check_same_data(self.resumed_from, self.data_files)  # before the model loads
         self.plan_verdict()
         self.tm = prepare_model(cfg, ctx, keep_gathered=self.keep_gathered)
         self.model = self.tm.model
@@ -276,18 +285,15 @@ class Trainer:
             if supports(self.tm.loaded.family, "linear_attention"):
                 split_linear_attention(self.model, self.sp)  # Gated DeltaNet layers by heads too
             ctx.sp_degree = cfg.sp_ulysses_degree
-        self.data_cfg = data_config(cfg)
         self.processor = processor_for(cfg, self.tm.loaded, self.data_cfg)
         self.total = cfg.training.max_steps or count_steps(cfg, self.data_cfg, self.processor, ctx, self.base_dir)
         self.epoch_steps = self._epoch_steps() if cfg.checkpointing.save_strategy == "epoch" else None
         self.optimizer = build_optimizer(self.model.parameters(), cfg.training, ctx.device)
         self.scheduler = build_scheduler(self.optimizer, cfg.training, self.total)
         self.guard = StepGuard(cfg.training, ctx, self.optimizer)
-        self.sources = [str(entry.path) for entry in resolve_entries(self.data_cfg, self.base_dir)]
         self.stream = RankData(self.data_cfg, self.processor, rank=ctx.data_rank, world_size=ctx.data_world,
                                workers=cfg.dataloader_num_workers, base_dir=self.base_dir,
                                worker_init=worker_init(cfg.training.stop_signals))
-        self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir, warn=ctx.is_main)
         if ctx.is_main:
             ckpt.clear_unfinished(self.output_dir)
         if self.resumed_from is not None:
@@ -299,7 +305,12 @@ class Trainer:
             if "metrics_interval" in state:  # the steps after the last record before it: the next record has them
                 self.interval.load_state_dict(state["metrics_interval"], ctx)
             saved_sp = int(state.get("config", {}).get("sp_ulysses_degree", 1))
-            self.stream.load_state_dict(data_states[::saved_sp])  # one state per data shard
+            if cfg.checkpointing.ignore_data_skip:
+                if ctx.is_main:
+                    logger.info("checkpointing.ignore_data_skip: %s resumes at step %d with its weights, optimiser "
+                                "and schedule; the data is read from its start", self.resumed_from.name, self.step)
+            else:
+                self.stream.load_state_dict(data_states[::saved_sp])  # one state per data shard
         self.ready = True
 
     def check_layout(self) -> None:
@@ -497,7 +508,7 @@ class Trainer:
     def _meta(self) -> dict[str, Any]:
         loaded = self.tm.loaded
         return {"model_source": loaded.source, "model_path": str(loaded.path), "family": loaded.family,
-                "config": self.cfg.model_dump(mode="json")}
+                "config": self.cfg.model_dump(mode="json"), "data_files": self.data_files}
 
     def _save(self, log: MetricsLogger | None = None, result: RunResult | None = None) -> Path:
         """A checkpoint of this step (a collective; the caller settles the step guard's verdicts first). Weights that
