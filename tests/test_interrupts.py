@@ -49,8 +49,8 @@ def _terminated(_options):
 def test_sigterm_in_a_command_is_one_line_and_exit_143_and_the_handler_is_restored(monkeypatch):
     import signal
 
-    from vlforge.command import sigterm_raises
     from vlforge.errors import Terminated
+    from vlforge.terminate import sigterm_raises
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     job = Job(check=lambda options: None, run=_terminated, render=lambda *a: None, to_json=str,
@@ -68,7 +68,7 @@ def test_sigterm_in_a_command_is_one_line_and_exit_143_and_the_handler_is_restor
 def test_sigterm_keeps_its_handler_under_torchrun_or_when_someone_set_one(monkeypatch):
     import signal
 
-    from vlforge.command import sigterm_raises
+    from vlforge.terminate import sigterm_raises
 
     previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
@@ -76,10 +76,13 @@ def test_sigterm_keeps_its_handler_under_torchrun_or_when_someone_set_one(monkey
         with sigterm_raises():
             assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
         monkeypatch.delenv("WORLD_SIZE")
-        mine = signal.signal(signal.SIGTERM, lambda *a: None)
+        def mine(*_args):
+            return None
+
+        signal.signal(signal.SIGTERM, mine)
         with sigterm_raises():
-            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL and signal.getsignal(signal.SIGTERM) != mine
-        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+            assert signal.getsignal(signal.SIGTERM) is mine
+        assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -107,3 +110,60 @@ def test_a_terminated_cli_process_says_so_and_exits_143(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143 and err.strip() == "error: terminated (SIGTERM)", err
     assert time.monotonic() - started < 30
+
+
+def _script(tmp_path, body: str):
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent(body))
+    env = {k: v for k, v in __import__("os").environ.items() if k != "WORLD_SIZE"}
+    return subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def test_sigterm_ends_a_process_stuck_in_native_code_after_the_grace_period(tmp_path):
+    """The handler cannot run while the main thread is inside C code: the watcher ends the process, the same line."""
+    import signal
+    import time
+
+    proc = _script(tmp_path, """
+        import hashlib
+        import vlforge.terminate as terminate
+        terminate.GRACE_SECONDS = 0.5
+        with terminate.sigterm_raises():
+            try:
+                print("ready", flush=True)
+                hashlib.pbkdf2_hmac("sha256", b"x", b"y", 200_000_000)  # minutes inside one C call
+            finally:
+                print("finally ran", flush=True)
+    """)
+    assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    started = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and err.strip() == "error: terminated (SIGTERM)", err
+    assert "finally ran" not in out and time.monotonic() - started < 20
+
+
+def test_a_child_forked_inside_takes_sigterm_by_default_and_the_parent_goes_on(tmp_path):
+    proc = _script(tmp_path, """
+        import os, signal, time
+        import vlforge.terminate as terminate
+        terminate.GRACE_SECONDS = 0.3
+        with terminate.sigterm_raises():
+            child = os.fork()
+            if child == 0:
+                time.sleep(30)
+                os._exit(0)
+            os.kill(child, signal.SIGTERM)
+            _, status = os.waitpid(child, 0)
+            time.sleep(1.5)  # past the grace period: a byte from the child would have ended this process
+            print("child", os.waitstatus_to_exitcode(status), "parent alive", flush=True)
+    """)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert out.strip() == f"child {-15} parent alive"

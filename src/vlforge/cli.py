@@ -31,11 +31,12 @@ from rich.markup import escape
 
 from vlforge.about import version_line
 from vlforge.collector import freeze_at_exit
-from vlforge.command import TerminateSignal, execute, sigterm_raises
+from vlforge.command import execute
 from vlforge.errors import EXIT_CODES_HELP, Interrupted, Terminated, VlforgeError
 from vlforge.flags import Flag, build, parameters
 from vlforge.strict import StrictModel
 from vlforge.tables import report_console
+from vlforge.terminate import TerminateSignal, sigterm_raises
 from vlforge.versions import check_startup
 
 

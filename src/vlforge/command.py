@@ -17,16 +17,13 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from vlforge.errors import ExitCode, Interrupted, Terminated
+from vlforge.terminate import TerminateSignal
 
 OptionsT = TypeVar("OptionsT")
 ReportT = TypeVar("ReportT")
@@ -50,44 +47,10 @@ class Job(Generic[OptionsT, ReportT]):
     """Lines that name a failing verdict on stderr, with ``--json`` too (e.g. each failed check)."""
 
 
-class TerminateSignal(BaseException):
-    """SIGTERM arrived: raised where the main thread was, as Ctrl-C raises ``KeyboardInterrupt`` (so no
-    ``except Exception`` swallows it)."""
-
-
-@contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """While inside, SIGTERM raises :class:`TerminateSignal` in this process (a command then ends in one line,
-    exit 143, its ``finally`` blocks run) instead of killing it without a word. A second SIGTERM kills at once.
-
-    Left alone: another thread than the main one, a SIGTERM handler someone else set, a process of a torchrun
-    launch (``WORLD_SIZE`` > 1: torchrun ends its workers with SIGTERM, perhaps inside a collective that would hold
-    the handler back) and processes forked inside (they take SIGTERM's default action)."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-            or (os.environ.get("WORLD_SIZE") or "1").strip() != "1"):
-        yield
-        return
-    owner = os.getpid()
-
-    def terminate(signum: int, _frame: Any) -> None:
-        signal.signal(signum, signal.SIG_DFL)
-        if os.getpid() != owner:  # a forked process that kept the handler: the default action
-            os.kill(os.getpid(), signum)
-            return
-        raise TerminateSignal
-
-    signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def execute(job: Job[OptionsT, ReportT], options: OptionsT, *, as_json: bool, console: Any) -> int:
     """Check, run, report (JSON on stdout, or the rendering on ``console``) and return the exit code. Ctrl-C is
     :class:`~vlforge.errors.Interrupted` (one line, exit 130) unless the job said more; SIGTERM inside
-    :func:`sigterm_raises` (the CLI's) is :class:`~vlforge.errors.Terminated` (exit 143)."""
+    :func:`vlforge.terminate.sigterm_raises` (the CLI's) is :class:`~vlforge.errors.Terminated` (exit 143)."""
     try:
         job.check(options)
         report = job.run(options)

@@ -78,7 +78,7 @@ class Interrupted(VlforgeError):
 
 
 class Terminated(Interrupted):
-    """SIGTERM stopped a command where it was (one line, exit 143; see :func:`vlforge.command.sigterm_raises`)."""
+    """SIGTERM stopped a command where it was (one line, exit 143; see :func:`vlforge.terminate.sigterm_raises`)."""
 
     exit_code = ExitCode.TERMINATED
 

@@ -51,6 +51,7 @@ def test_every_frame_is_used_and_the_last_repeats_to_a_temporal_patch(make_proce
 
 def test_more_frames_than_max_frames_are_sampled_evenly_down_to_it(make_processor, tmp_path):
     names = _frames(tmp_path, 10)
+    (tmp_path / "f5.png").unlink()  # a frame not kept is never read
     video = _read(make_processor("qwen3_vl"), {"type": "video", "video": names, "max_frames": 4, "sample_fps": 5},
                   tmp_path)
     assert video.indices == [0, 3, 6, 9] and video.total_frames == 10 and video.frames_decoded == 4
@@ -58,10 +59,11 @@ def test_more_frames_than_max_frames_are_sampled_evenly_down_to_it(make_processo
     assert np.array_equal(video.frames[1], np.asarray(Image.open(tmp_path / "f3.png").convert("RGB")))
 
 
-def test_sample_fps_times_the_frames(make_processor, tokenizer, tmp_path):
+@pytest.mark.parametrize("rate", [0.5, np.float32(0.5)], ids=["float", "numpy"])  # parquet cells are numpy values
+def test_sample_fps_times_the_frames(make_processor, tokenizer, tmp_path, rate):
     names = _frames(tmp_path, 4)
     proc = make_processor("qwen3_vl")
-    part = {"type": "video", "video": [f"file://{n}" for n in names], "sample_fps": 0.5}
+    part = {"type": "video", "video": [f"file://{n}" for n in names], "sample_fps": rate}
     sample = proc.process(parse_conversation(chat([part]), "d.jsonl", "line 1"), tmp_path)
     text = tokenizer.decode(sample.input_ids)
     assert "<1.0 seconds>" in text and "<5.0 seconds>" in text  # patches (0, 1) and (2, 3) at 2 s per frame
@@ -79,8 +81,10 @@ def test_a_frame_list_from_the_record_videos_key(make_processor, tmp_path):
 @pytest.mark.parametrize(("part", "reason", "detail"), [
     ({"type": "video", "video": ["f0.png", "gone.png"]}, "missing_file", "frame 1 of 2: media file"),
     ({"type": "video", "video": ["f0.png", "big.png"]}, "corrupt_video",
-     "frame 1 of 2 frames from", ),
-    ({"type": "video", "video": ["f0.png", "bad.png"]}, "corrupt_image", "cannot decode image"),
+     "frame 1 of 2 is 64x48, frame 0 is 56x56: the frames of one video must share a size"),
+    ({"type": "video", "video": ["f0.png", "bad.png"]}, "corrupt_image", "frame 1 of 2: cannot decode image"),
+    ({"type": "video", "video": ["f0.png", b"junk"]}, "corrupt_image",
+     "frame 1 of 2: cannot decode image <inline bytes>"),
     ({"type": "video", "video": ["f0.png", "../f1.png"]}, "path_escape", "frame 1 of 2: media path '../f1.png'"),
     ({"type": "video", "video": []}, "schema", "a video given as an empty list of frames"),
     ({"type": "video", "video": ["f0.png", ["f1.png"]]}, "schema", "frame list holds a list"),
@@ -91,6 +95,8 @@ def test_a_frame_list_from_the_record_videos_key(make_processor, tmp_path):
     ({"type": "video", "video": "clip.mp4", "sample_fps": 2}, "schema", "'sample_fps' is the rate of a video given"),
     ({"type": "video", "video": ["f0.png"], "sample_fps": 0}, "schema", "sample_fps: must be a number > 0, got 0"),
     ({"type": "video", "video": ["f0.png"], "sample_fps": "2"}, "schema", "sample_fps: must be a number > 0"),
+    ({"type": "video", "video": ["f0.png"], "sample_fps": 10 ** 400}, "schema", "sample_fps: must be a number > 0"),
+    ({"type": "video", "video": ["f0.png"], "sample_fps": float("nan")}, "schema", "sample_fps: must be a number"),
 ])
 def test_bad_frame_lists_are_one_sample_error(make_processor, tmp_path, part, reason, detail):
     folder = tmp_path / "data"

@@ -85,6 +85,15 @@ def test_a_parquet_train_file_is_read_only_as_far_as_the_rows_asked_for(tmp_path
     got = read_prompts(path, engine="verl", limit=11)
     assert [row.answer for row in got] == [str(i + 1) for i in range(11)]
     assert len(read_prompts(path, engine="verl")) == 50 and len(read_prompts(path, engine="verl", limit=80)) == 50
+    last = pq.ParquetFile(path).metadata.row_group(6).column(0)  # the last row group's pages: damaged
+    data = bytearray(path.read_bytes())
+    start = last.data_page_offset
+    data[start:start + last.total_compressed_size] = b"\xff" * last.total_compressed_size
+    damaged = tmp_path / "damaged.parquet"
+    damaged.write_bytes(bytes(data))
+    assert [row.answer for row in read_prompts(damaged, engine="verl", limit=11)] == [str(i + 1) for i in range(11)]
+    with pytest.raises(DataError, match=r"damaged\.parquet: cannot read it as parquet"):
+        read_prompts(damaged, engine="verl")  # the whole file is read only when every row is asked for
     (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
     with pytest.raises(DataError, match=r"bad\.parquet: cannot read it as parquet \("):
         read_prompts(tmp_path / "bad.parquet", engine="verl", limit=3)

@@ -68,12 +68,15 @@ def test_first_change_names_added_removed_and_changed_files_and_ignores_a_move(t
     for path in (a, b):
         shutil.copy(path, moved / path.name)
     assert first_change(saved, data_files([moved / "a.jsonl", moved / "b.jsonl"])) is None  # the same bytes
-    assert first_change(saved, data_files([a, b, c])) == f"2 data file(s) then, 3 now; added {c}"
-    assert first_change(saved, data_files([a])) == f"2 data file(s) then, 1 now; removed {b}"
+    assert first_change(saved, data_files([a, b, c])) == f"2 data file(s) then, 3 now; new or changed: {c}"
+    assert first_change(saved, data_files([a])) == f"2 data file(s) then, 1 now; gone or changed: {b}"
+    assert first_change(saved, data_files([b, a])) == f"the same files in another order (data file 1 was {a}, now {b})"
+    assert first_change(saved, data_files([a, b, a])) == f"2 data file(s) then, 3 now; new or changed: {a}"
+    assert first_change(saved, data_files([a, c])) == f"data file 2 was {b}, now {c} (the same size, other bytes)"
     b.write_text(b.read_text().replace("1", "2"))  # the same size, other bytes
     assert first_change(saved, data_files([a, b])) == f"{b} changed (the same size, other bytes)"
     big = tmp_path / "big.jsonl"
-    big.write_bytes(b"x" * 300_000)
+    big.write_bytes(b"x" * 300_000)  # more than both hashed ends (16 KiB each)
     then = data_files([big])
     big.write_bytes(b"x" * 150_000 + b"y" + b"x" * 149_999)  # a change in the middle of a large file is not seen
     assert first_change(then, data_files([big])) is None

@@ -36,10 +36,12 @@ from trainkit import (
 
 import warmstart
 from vlforge.config.schema import TrainConfig
+from vlforge.errors import ExitCode, Interrupted
 from vlforge.outputs import make_staging
+from vlforge.terminate import TerminateSignal
 from vlforge.train.checkpoint import problem
 from vlforge.train.guards import DivergenceError
-from vlforge.train.preemption import InterruptedRunError, PreemptedError, StopSignals
+from vlforge.train.preemption import PreemptedError, StopSignals
 from vlforge.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow
@@ -314,16 +316,21 @@ def test_steps_since_the_last_log_are_logged_when_a_signal_or_divergence_stops_t
     assert records[-1]["data_report"] == "data_report.json" and not (tmp_path / "rotten" / "checkpoint-2").exists()
 
 
-def test_ctrl_c_while_the_stop_signals_are_being_set_is_the_one_line_of_an_interrupt(tmp_path, model_path,
-                                                                                      monkeypatch):
+@pytest.mark.parametrize(("interrupt", "line", "code"), [
+    (KeyboardInterrupt, "interrupted (Ctrl-C)", ExitCode.INTERRUPTED),
+    (TerminateSignal, "terminated (SIGTERM)", ExitCode.TERMINATED),  # SIGTERM not named by training.stop_signals
+], ids=["ctrl-c", "sigterm"])
+def test_an_interrupt_while_the_stop_signals_are_being_set_is_one_line(tmp_path, model_path, monkeypatch, interrupt,
+                                                                      line, code):
     def interrupted(self):
-        raise KeyboardInterrupt
+        raise interrupt
 
     monkeypatch.setattr(StopSignals, "install", interrupted)
-    with pytest.raises(InterruptedRunError) as caught:
+    with pytest.raises(Interrupted) as caught:
         _in_process(tmp_path / "out", model_path).train()
-    assert str(caught.value) == "interrupted (Ctrl-C) while starting; there is no complete checkpoint yet (the same " \
-                                "command starts over)"
+    assert str(caught.value) == f"{line} while starting; there is no complete checkpoint yet (the same command " \
+                                "starts over)"
+    assert caught.value.exit_code == code
 
 
 # -- two torchrun ranks ----------------------------------------------------------------------------------------------

@@ -192,7 +192,7 @@ def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", lim
     more failing records than ``data.max_skip_fraction`` allows when it is ``skip``."""
     from vlforge.data.errors import SampleError, SkipLedger, limit_error, over_limit
     from vlforge.data.layouts import file_format
-    from vlforge.data.media import resolve_item
+    from vlforge.data.media import FrameFiles, resolve_item
     from vlforge.data.schema import parse_conversation
     from vlforge.data.sources import open_source
 
@@ -221,8 +221,10 @@ def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", lim
                         raise raw.error
                     conv = parse_conversation(raw.record, raw.source, raw.location, fmt)
                     for part in conv.media:
-                        resolve_item(part.kind, part.ref, part.options, entry.data_folder, source=raw.source,
-                                     location=raw.location, allow_path_escape=escape)
+                        found = resolve_item(part.kind, part.ref, part.options, entry.data_folder,
+                                             source=raw.source, location=raw.location, allow_path_escape=escape)
+                        for i in range(len(found) if isinstance(found, FrameFiles) else 0):
+                            found.frame(i)  # every frame of a frame list exists (training reads those it keeps)
                 except SampleError as error:
                     ledger.record(error)
                     if len(examples) < SHOWN_FAILURES:

@@ -295,8 +295,6 @@ KEY_TABLE: tuple[KeyMap, ...] = (
     KeyMap("trainer_args.save_steps", "checkpointing.save_steps"),
     KeyMap("trainer_args.save_total_limit", "checkpointing.save_total_limit"),
     KeyMap("trainer_args.resume_from_checkpoint", "checkpointing.resume", "`true` -> `auto`", _resume),
-    KeyMap("trainer_args.ignore_data_skip", "checkpointing.ignore_data_skip",
-           "transformers' meaning; LMMS Engine's fsdp2_trainer ignores the key (it always resumes the data)"),
 )
 
 BY_LMMS: dict[str, KeyMap] = {entry.lmms: entry for entry in KEY_TABLE}

@@ -160,6 +160,9 @@ INERT: dict[str, str] = {
     "trainer_args.load_best_model_at_end": _EVAL,
     "trainer_args.metric_for_best_model": _EVAL,
     "trainer_args.greater_is_better": _EVAL,
+    "trainer_args.ignore_data_skip": "LMMS Engine's fsdp2_trainer always resumes the data where the checkpoint left "
+                                     "it, and so does vlforge from an LMMS config; vlforge's own "
+                                     "checkpointing.ignore_data_skip reads it from its start instead",
     "trainer_args.restore_callback_states_from_checkpoint": _HF,
     "trainer_args.full_determinism": _HF,
     "trainer_args.parallelism_config": _ACCEL,

@@ -1,6 +1,6 @@
 """The data files a checkpoint was saved reading, so that a run resumes only on the same data.
 
-A file is identified by its size and the sha256 of its first and last 64 KiB (cheap for any size): the same bytes
+A file is identified by its size and the sha256 of its first and last 16 KiB (cheap for any size): the same bytes
 under another path (a dataset moved or copied to another machine) are the same data; a file appended to, cut,
 replaced, added or removed is not - a JSON Lines stream resumes at a byte offset, a parquet one at a row.
 
@@ -17,12 +17,13 @@ Example:
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-EDGE_BYTES = 1 << 16
-"""Bytes hashed at each end of a file."""
+EDGE_BYTES = 1 << 14
+"""Bytes hashed at each end of a file (every rank reads them from every data file at a resume)."""
 
 
 def file_identity(path: Path) -> dict[str, Any]:
@@ -42,23 +43,48 @@ def data_files(paths: Iterable[Path]) -> list[dict[str, Any]]:
     return [file_identity(Path(path)) for path in paths]
 
 
+def recorded(value: Any) -> list[dict[str, Any]] | None:
+    """The file identities a checkpoint holds, or None when it holds none in this form (saved before they were)."""
+    keys = {"path", "size", "sha256"}
+    if isinstance(value, list) and all(isinstance(item, dict) and keys <= item.keys() for item in value):
+        return value
+    return None
+
+
 def first_change(saved: list[dict[str, Any]], now: list[dict[str, Any]]) -> str | None:
     """What differs between the files a checkpoint was saved reading and the files now, in words (the first
-    difference), or None when they are the same (paths aside)."""
+    difference), or None when they are the same, in the same order (paths aside: the same bytes moved)."""
+    def key(file: dict[str, Any]) -> tuple[int, str]:
+        return file["size"], file["sha256"]
+
+    if [key(f) for f in saved] == [key(f) for f in now]:
+        return None
+    if sorted(map(key, saved)) == sorted(map(key, now)):
+        moved = next(i for i, (a, b) in enumerate(zip(saved, now, strict=True)) if key(a) != key(b))
+        return f"the same files in another order (data file {moved + 1} was {saved[moved]['path']}, now " \
+               f"{now[moved]['path']})"
     if len(saved) != len(now):
-        then_paths = {f["path"] for f in saved}
-        now_paths = {f["path"] for f in now}
-        added = [f["path"] for f in now if f["path"] not in then_paths]
-        removed = [f["path"] for f in saved if f["path"] not in now_paths]
-        named = (f"; added {_some(added)}" if added else "") + (f"; removed {_some(removed)}" if removed else "")
+        then_keys, now_keys = Counter(map(key, saved)), Counter(map(key, now))
+        added = [f["path"] for f in now if _take(then_keys, key(f))]
+        removed = [f["path"] for f in saved if _take(now_keys, key(f))]
+        named = (f"; new or changed: {_some(added)}" if added else "") + \
+                (f"; gone or changed: {_some(removed)}" if removed else "")
         return f"{len(saved)} data file(s) then, {len(now)} now{named}"
-    for before, after in zip(saved, now, strict=True):
-        if (before["size"], before["sha256"]) == (after["size"], after["sha256"]):
-            continue
-        if before["size"] != after["size"]:
-            return f"{after['path']} changed ({before['size']:,} bytes then, {after['size']:,} now)"
-        return f"{after['path']} changed (the same size, other bytes)"
-    return None
+    index, (before, after) = next((i, pair) for i, pair in enumerate(zip(saved, now, strict=True))
+                                  if key(pair[0]) != key(pair[1]))
+    what = (f"{before['size']:,} bytes then, {after['size']:,} now" if before["size"] != after["size"]
+            else "the same size, other bytes")
+    if before["path"] == after["path"]:
+        return f"{after['path']} changed ({what})"
+    return f"data file {index + 1} was {before['path']}, now {after['path']} ({what})"
+
+
+def _take(counts: Counter, key: tuple[int, str]) -> bool:
+    """True when ``key`` is not (any more) in ``counts``; else one of it is used up."""
+    if counts[key] > 0:
+        counts[key] -= 1
+        return False
+    return True
 
 
 def _some(paths: list[str], shown: int = 2) -> str:

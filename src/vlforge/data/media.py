@@ -23,6 +23,8 @@ import binascii
 import io
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,31 +55,49 @@ class Media:
 
 @dataclass(frozen=True)
 class FrameFiles:
-    """A video given as its frames' images, in order (qwen-vl-utils' and LLaMA-Factory's list of frame files)."""
+    """A video given as its frames' images, in order (qwen-vl-utils' and LLaMA-Factory's list of frame files); each
+    frame is resolved and read when asked for, so a list longer than the frames kept costs only those."""
 
-    frames: tuple[Media, ...]
+    refs: tuple[Any, ...]
     rate: float
     """Frames per second they were taken at (``sample_fps``)."""
+    data_folder: Path
+    source: str
+    location: str
+    allow_path_escape: bool = False
 
-    @property
-    def label(self) -> str:
-        return f"{len(self.frames)} frames from {self.frames[0].label}"
+    def __len__(self) -> int:
+        return len(self.refs)
+
+    def frame(self, i: int) -> Media:
+        """Frame ``i`` resolved as :func:`resolve_media` resolves a reference; an error names the frame."""
+        with self._named(i):
+            return resolve_media(self.refs[i], self.data_folder, source=self.source, location=self.location,
+                                 allow_path_escape=self.allow_path_escape)
+
+    def image(self, i: int) -> Image.Image:
+        """Frame ``i`` decoded (RGB); an error names the frame."""
+        media = self.frame(i)
+        with self._named(i):
+            return load_image(media, source=self.source, location=self.location)
+
+    @contextmanager
+    def _named(self, i: int) -> Iterator[None]:
+        try:
+            yield
+        except SampleError as error:
+            raise SampleError(error.reason, self.source, self.location,
+                              f"frame {i} of {len(self.refs)}: {error.detail}") from None
 
 
 def resolve_item(kind: str, ref: Any, options: dict[str, Any], data_folder: str | Path, *, source: str,
                  location: str, allow_path_escape: bool = False) -> Media | FrameFiles:
-    """One media part's reference: a video's list of frame references gives :class:`FrameFiles` (each frame
-    resolved as :func:`resolve_media` does, an error naming the frame), anything else :func:`resolve_media`."""
+    """One media part's reference: a video's list of frame references gives :class:`FrameFiles` (its frames are
+    resolved when read), anything else :func:`resolve_media`."""
     if kind != "video" or not isinstance(ref, (list, tuple)):
         return resolve_media(ref, data_folder, source=source, location=location, allow_path_escape=allow_path_escape)
-    frames = []
-    for i, item in enumerate(ref):
-        try:
-            frames.append(resolve_media(item, data_folder, source=source, location=location,
-                                        allow_path_escape=allow_path_escape))
-        except SampleError as error:
-            raise SampleError(error.reason, source, location, f"frame {i} of {len(ref)}: {error.detail}") from None
-    return FrameFiles(tuple(frames), float(options.get("sample_fps", FRAME_LIST_FPS)))
+    return FrameFiles(tuple(ref), float(options.get("sample_fps", FRAME_LIST_FPS)), Path(data_folder), source,
+                      location, allow_path_escape)
 
 
 def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: str,

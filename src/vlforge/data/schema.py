@@ -27,6 +27,8 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
+import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -243,9 +245,15 @@ def _check_frames(part: MediaPart, fail) -> None:
                                                              None)):
         fail(f"video option {only!r} is the rate of a video given as a list of frames; a video file has its own "
              "(use fps to choose how many frames are sampled)")
-    rate = part.options.get("sample_fps", FRAME_LIST_FPS)
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < float("inf"):
-        fail(f"video option sample_fps: must be a number > 0, got {rate!r}")
+    if frames:
+        rate = part.options.get("sample_fps", FRAME_LIST_FPS)
+        try:
+            value = float(rate) if isinstance(rate, numbers.Real) and not isinstance(rate, bool) else math.nan
+        except OverflowError:
+            value = math.inf
+        if not 0 < value < math.inf:
+            fail(f"video option sample_fps: must be a number > 0, got {rate!r}")
+        part.options["sample_fps"] = value
 
 
 def _alpaca_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> list[dict[str, str]]:

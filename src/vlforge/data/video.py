@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from vlforge.data.errors import SampleError
-from vlforge.data.media import FrameFiles, Media, load_image
+from vlforge.data.media import FrameFiles, Media
 from vlforge.data.vision import VisionSettings
 from vlforge.media.decode import DECODE_ERRORS, DecodedVideo, read_video
 
@@ -69,9 +69,9 @@ def read_frame_files(files: FrameFiles, settings: VisionSettings, *, source: str
                      max_frames: int | None = None) -> DecodedVideo:
     """A video given as frame images, as qwen-vl-utils reads one: every frame, the last repeated up to a multiple
     of ``temporal_patch_size``, frame ``i`` at ``i / rate`` seconds. More frames than ``video_max_frames`` are
-    sampled evenly down to it (only those are decoded). Frames of different sizes are a ``corrupt_video``
+    sampled evenly down to it (only those are read). Frames of different sizes are a ``corrupt_video``
     :class:`SampleError`."""
-    tp, count = settings.temporal_patch_size, len(files.frames)
+    tp, count = settings.temporal_patch_size, len(files)
     cap = max(tp, (max_frames or settings.video_max_frames) // tp * tp)
     if count > cap:
         indices = sample_frame_indices(count, files.rate, frame_num=cap, max_frames=cap, temporal_patch_size=tp)
@@ -79,13 +79,13 @@ def read_frame_files(files: FrameFiles, settings: VisionSettings, *, source: str
     else:
         total = count + -count % tp
         indices, taken = list(range(total)), [min(i, count - 1) for i in range(total)]
-    decoded = {i: np.asarray(load_image(files.frames[i], source=source, location=location)) for i in sorted(set(taken))}
+    decoded = {i: np.asarray(files.image(i)) for i in sorted(set(taken))}
     first, reference = next(iter(decoded.items()))
     for i, image in decoded.items():
         if image.shape != reference.shape:
             size = "{1}x{0}".format
             raise SampleError("corrupt_video", source, location,
-                              f"frame {i} of {files.label} is {size(*image.shape)}, frame {first} is "
+                              f"frame {i} of {count} is {size(*image.shape)}, frame {first} is "
                               f"{size(*reference.shape)}: the frames of one video must share a size")
     return DecodedVideo([decoded[i] for i in taken], indices, files.rate, total, "frames", len(decoded))
 

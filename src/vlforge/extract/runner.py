@@ -114,7 +114,7 @@ def _header(opts: ExtractOptions, root: Path, loaded: Any, processor: Any, cfg: 
                       "description": FEATURES.get(key, "per item: [kind (1 image, 2 video), tokens]")}
                 for key in stored_keys(opts.features)}
     header = {"format_version": mf.FORMAT_VERSION, "model": model, "data": data,
-              "options": mf.as_cached(root, opts.cache_options()),
+              "options": opts.cache_options() if opts.overwrite else mf.as_cached(root, opts.cache_options()),
               "features": features, "num_shards": len(shard_ranges(total, opts.shard_size)),
               "data_paths": [str(e.path) for e in entries]}
     header["fingerprint"] = mf.fingerprint(header)

@@ -95,7 +95,7 @@ class DecodedVideo:
     video_fps: float
     total_frames: int
     method: str = "sequential"
-    """``seek`` or ``sequential``: how the frames were reached."""
+    """``seek`` or ``sequential``: how the frames were reached (``frames``: a video given as frame images)."""
     frames_decoded: int = 0
     """Frames the decoder produced to get them (the cost; a sequential read decodes up to the last one)."""
 

@@ -132,17 +132,18 @@ def resume_target(resume: str, output_dir: Path, *, warn: bool = True) -> Path |
     return path
 
 
-def check_same_data(path: Path, files: list[dict[str, Any]]) -> None:
-    """Raise a :class:`ConfigError` when ``path`` was saved reading other data files than ``files``
-    (:func:`vlforge.data.identity.first_change`); a checkpoint that does not record its files is not checked."""
-    from vlforge.data.identity import first_change
+def data_change(path: Path, files: list[dict[str, Any]]) -> str | None:
+    """The one line refusing to resume ``path`` on ``files`` when it was saved reading other data files
+    (:func:`vlforge.data.identity.first_change`); None when they are the same, or the checkpoint records none."""
+    from vlforge.data.identity import first_change, recorded
 
-    saved = json.loads((path / STATE_FILE).read_text()).get("data_files")
-    change = first_change(saved, files) if isinstance(saved, list) else None
-    if change is not None:
-        raise ConfigError(f"checkpointing.resume: {path} was saved reading other data: {change}; resuming where it "
-                          "left the data needs the same files: restore them, or set checkpointing.ignore_data_skip: "
-                          "true to resume the weights and read the data from its start")
+    saved = recorded(read_state(path).get("data_files"))
+    change = first_change(saved, files) if saved is not None else None
+    if change is None:
+        return None
+    return (f"checkpointing.resume: {path} was saved reading other data: {change}; resuming where it left the data "
+            "needs the same files: restore them, or set checkpointing.ignore_data_skip: true to resume the weights "
+            "and read the data from its start")
 
 
 def check_same_model(path: Path, model_state: dict[str, Any], *, key: str = "checkpointing.resume",

@@ -35,7 +35,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vlforge.errors import ExitCode, Interrupted, VlforgeError
+from vlforge.errors import ExitCode, Interrupted, Terminated, VlforgeError
+from vlforge.terminate import TerminateSignal
 
 logger = logging.getLogger(__name__)
 
@@ -56,15 +57,28 @@ class InterruptedRunError(Interrupted):
     own, the newest complete one stays."""
 
 
-def interrupted(error: BaseException) -> bool:
-    """Whether a KeyboardInterrupt is ``error`` or behind it (torch reports a save cut by Ctrl-C as a short write)."""
+class TerminatedRunError(Terminated):
+    """SIGTERM ended the run outside the configured stop signals (``training.stop_signals`` without it, or before
+    the run's handlers were set): no checkpoint of its own, the newest complete one stays."""
+
+
+def interruption(error: BaseException) -> BaseException | None:
+    """The Ctrl-C (``KeyboardInterrupt``) or SIGTERM (:class:`~vlforge.terminate.TerminateSignal`) that is
+    ``error`` or behind it (torch reports a save cut by one as a short write or a ``CheckpointException``)."""
     seen: set[int] = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, KeyboardInterrupt):
-            return True
+        if isinstance(error, (KeyboardInterrupt, TerminateSignal)):
+            return error
         seen.add(id(error))
         error = error.__cause__ or error.__context__
-    return False
+    return None
+
+
+def stopped_by(interrupt: BaseException, where: str, newest: str) -> Interrupted:
+    """The one line of a run ended by ``interrupt`` (Ctrl-C or SIGTERM) ``where`` it was, and what a rerun takes."""
+    if isinstance(interrupt, TerminateSignal):
+        return TerminatedRunError(f"terminated (SIGTERM) {where}; {newest}")
+    return InterruptedRunError(f"interrupted (Ctrl-C) {where}; {newest}")
 
 
 class StopSignals:

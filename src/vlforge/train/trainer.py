@@ -60,6 +60,7 @@ from vlforge.errors import ConfigError, DataError, VlforgeError, WriteError
 from vlforge.models.blocks import CompileWatch
 from vlforge.models.families import supports
 from vlforge.outputs import atomic_write_json, write_failure
+from vlforge.terminate import TerminateSignal
 from vlforge.train import checkpoint as ckpt
 from vlforge.train.data_setup import RankData, open_stream, processor_for
 from vlforge.train.guards import StepGuard
@@ -68,10 +69,10 @@ from vlforge.train.metrics import CLOSING_KEY, MetricsLogger
 from vlforge.train.model_setup import TrainModel, fill_missing_grads, prepare_model
 from vlforge.train.optim import build_optimizer, build_scheduler
 from vlforge.train.preemption import (
-    InterruptedRunError,
     PreemptedError,
     StopSignals,
-    interrupted,
+    interruption,
+    stopped_by,
     worker_init,
 )
 from vlforge.train.sp import (
@@ -270,8 +271,11 @@ class Trainer:
         self.sources = [str(entry.path) for entry in entries]
         self.data_files = data_files(entry.path for entry in entries)
         self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir, warn=ctx.is_main)
-        if self.resumed_from is not None and not cfg.checkpointing.ignore_data_skip:
-            ckpt.check_same_data(self.resumed_from, self.data_files)  # before the model loads
+        if self.resumed_from is not None and not cfg.checkpointing.ignore_data_skip:  # before the model loads
+            change = ckpt.data_change(self.resumed_from, self.data_files)  # each rank its own files (local copies)
+            found = next((c for c in (ctx.all_gather_object(change) if ctx.distributed else [change]) if c), None)
+            if found is not None:  # every rank stops with the same line
+                raise ConfigError(found)
         self.plan_verdict()
         self.tm = prepare_model(cfg, ctx, keep_gathered=self.keep_gathered)
         self.model = self.tm.model
@@ -544,20 +548,20 @@ class Trainer:
                     return self._train(stops, beats)
                 except VlforgeError:
                     raise
-                except KeyboardInterrupt:
-                    raise InterruptedRunError(f"interrupted (Ctrl-C) {in_step(beats.step)}; {self._newest()}") \
-                        from None
+                except (KeyboardInterrupt, TerminateSignal) as caught:
+                    raise stopped_by(caught, in_step(beats.step), self._newest()) from None
                 except (Exception, ckpt.CheckpointException) as error:
                     raise self._explained(error, beats) from error
                 finally:
                     where = f"after step {self.step}"
-        except KeyboardInterrupt:
-            raise InterruptedRunError(f"interrupted (Ctrl-C) {where}; {self._newest()}") from None
+        except (KeyboardInterrupt, TerminateSignal) as caught:
+            raise stopped_by(caught, where, self._newest()) from None
 
     def _explained(self, error: BaseException, beats: Heartbeats) -> BaseException:
         """A failed collective whose cause is another rank, or a failed write, as one line; else ``error`` itself."""
-        if interrupted(error):  # Ctrl-C inside a save: torch reports the cut file as a short write, not the disk
-            return InterruptedRunError(f"interrupted (Ctrl-C) {in_step(beats.step)}; {self._newest()}")
+        cause = interruption(error)  # Ctrl-C or SIGTERM inside a save: torch reports a short write, not the disk
+        if cause is not None:
+            return stopped_by(cause, in_step(beats.step), self._newest())
         lost = beats.lost() if self.ctx.distributed else None
         if lost is not None:
             return RankLostError(f"{lost}: rank {self.ctx.rank} stops {in_step(beats.step)} (its collective "
