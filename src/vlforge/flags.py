@@ -38,7 +38,7 @@ from pydantic_core import PydanticUndefined
 
 from vlforge.errors import ConfigError
 from vlforge.options import parse_list
-from vlforge.strict import StrictModel
+from vlforge.strict import StrictModel, first_problem
 
 JSON_HELP = "Print only the JSON report on stdout (the verdict still sets the exit code)."
 """The help of ``--json``, the one flag every reporting command adds beside its options model."""
@@ -187,12 +187,9 @@ def build(model: type[StrictModel], values: dict[str, Any]) -> Any:
     try:
         return model(**kwargs)
     except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        loc = [str(part) for part in first["loc"]]
-        if first["type"] == "vlforge_field":  # a check of several fields names the one at fault
-            loc += first["ctx"]["field"].split(".")
+        found, message, _ = first_problem(error)
+        loc = [str(part) for part in found]
         where = flag_of(model, loc[0]) if loc and loc[0] in fields else ".".join(loc) or model.__name__
-        message = first["msg"].removeprefix("Value error, ")
         raise ConfigError(f"{where}: {message}") from None
 
 

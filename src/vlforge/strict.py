@@ -56,19 +56,25 @@ def model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | 
     return current
 
 
-def error_line(error: ValidationError, model: type[BaseModel]) -> str:
-    """The first problem of ``error`` (raised validating ``model``) as ``key.path: message`` (list items as ``[i]``)."""
+def first_problem(error: ValidationError) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
+    """``(location, message, details)`` of the first problem of ``error``: a check of several keys
+    (:func:`field_error`) located at the key at fault, the message without pydantic's ``Value error,`` prefix."""
     first = error.errors(include_url=False)[0]
     loc = tuple(first["loc"])
-    if first["type"] == "vlforge_field":  # a check of several keys names the one at fault (field_error)
+    if first["type"] == "vlforge_field":
         loc = (*loc, *first["ctx"]["field"].split("."))
+    return loc, first["msg"].removeprefix("Value error, "), first
+
+
+def error_line(error: ValidationError, model: type[BaseModel]) -> str:
+    """The first problem of ``error`` (raised validating ``model``) as ``key.path: message`` (list items as ``[i]``)."""
+    loc, message, first = first_problem(error)
     path = ".".join(str(part) if not isinstance(part, int) else f"[{part}]" for part in loc).replace(".[", "[")
     if first["type"] == "extra_forbidden":
         owner = model_at(model, loc[:-1])
         names = set(owner.model_fields) | {f.alias for f in owner.model_fields.values() if f.alias} if owner else set()
         label = getattr(owner, "unknown_label", "key")
         return f"{path}: unknown {label}{did_you_mean(str(loc[-1]), sorted(names))}"
-    message = first["msg"].removeprefix("Value error, ")
     return f"{path}: {message}" if path else message
 
 
