@@ -106,6 +106,18 @@ def test_the_lora_suggestion_adapts_the_family_s_own_projections():
     assert any(s.change.startswith("model.lora") and "in_proj" not in s.change for s in qwen3_vl.suggestions)
 
 
+@pytest.mark.parametrize("preset", ["tiny:qwen3_vl_moe", "tiny:glm4v", "real:qwen3_vl_30b_a3b"])
+def test_over_budget_plans_of_fused_mlp_families_suggest_lora_on_their_own_modules(preset):
+    """Qwen3-VL-MoE (experts as fused parameters) and GLM-4.1V (a fused gate_up_proj) have no text gate_proj: a
+    plan over budget stopped with "'gate_proj' matches no module" (or adapted the vision MLPs instead)."""
+    result = runner.invoke(app, ["plan", str(TINY), "--json", "--gpu-memory", "1MB",
+                                 f"model.load_from_pretrained_path={preset}"])
+    assert result.exit_code == 1, result.output  # a plan that does not fit: a warning-level verdict, not an error
+    report = json.loads(result.stdout)
+    [lora] = [s for s in report["suggestions"] if s["change"].startswith("model.lora")]
+    assert "gate_proj" not in lora["change"] and "q_proj" in lora["change"]
+
+
 @pytest.mark.parametrize("preset", ["tiny:qwen3_5_moe", "tiny:qwen3_vl_moe"])
 def test_moe_experts_are_measured_in_any_dtype(preset):
     """torch's meta kernel of grouped_mm takes bfloat16 only: an fp32 MoE plan raised from the probe. The stand-in

@@ -140,6 +140,21 @@ def test_lora_targets_keep_peft_suffixes_and_resolve_old_paths(models):
         resolve_lora_targets(model, ["qproj"])
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_each_familys_lora_suggestion_adapts_modules_of_its_text_layers(models, family):
+    """`vlforge plan` suggests LoRA on the family's record of targets: each one names a linear module of the text
+    layers (Qwen3-VL-MoE's experts are fused parameters, not gate/up/down projections)."""
+    from vlforge.models.families import FAMILIES as RECORDS
+
+    model = models(family)
+    targets = RECORDS[family].lora_targets
+    for target in targets:
+        found = [name for name, module in model.named_modules()
+                 if name.endswith(f".{target}") and isinstance(module, torch.nn.Linear)]
+        assert any(".language_model.layers." in name for name in found), (family, target)
+    assert resolve_lora_targets(model, list(targets)) == list(targets)
+
+
 def test_freezing_everything_is_refused():
     cfg = TrainConfig(data={"datasets": [{"path": "d.jsonl"}]},
                       model={"load_from_pretrained_path": "tiny:qwen2_vl", "freeze_modules": ["model", "lm_head"],

@@ -246,6 +246,7 @@ _RECORDS = (
             modeling_module="transformers.models.qwen3_vl_moe.modeling_qwen3_vl_moe", config_class="Qwen3VLMoeConfig",
             model_class="Qwen3VLMoeForConditionalGeneration", inner_model_class="Qwen3VLMoeModel",
             text_layer_class="Qwen3VLMoeTextDecoderLayer", vision_block_class="Qwen3VLMoeVisionBlock",
+            lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),  # its experts are fused parameters, not Linears
             liger=LigerTargets(rms_norms=("Qwen3VLMoeTextRMSNorm",), not_covered=("Qwen3VLMoeTextExperts",))),
     _QWEN3_5,
     # Qwen3.5-MoE: the same stack with a sparse MoE block (routed experts plus a gated shared expert) in every layer.
@@ -279,6 +280,8 @@ _RECORDS = (
                    "video_start_token_id": "<|begin_of_video|>", "video_end_token_id": "<|end_of_video|>"},
         eos_tokens=("<|endoftext|>", "<|user|>", "<|observation|>"),
         liger=LigerTargets(rms_norms=("Glm4vRMSNorm",), swiglu=("Glm4vTextMLP", "Glm4VisionMlp")),
+        # the text MLP fuses gate and up (gate_proj / up_proj name only the vision tower's)
+        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_up_proj", "down_proj"),
     ),
 )
 # GLM-4.5V: GLM-4.1V's vision tower, processor and prompt layout over a sparse MoE text stack (dense first layers,
@@ -287,6 +290,7 @@ _GLM4V_MOE = replace(
     _RECORDS[-1], name="glm4v_moe", title="GLM-4.5V", modeling_module="transformers.models.glm4v_moe.modeling_glm4v_moe",
     config_class="Glm4vMoeConfig", model_class="Glm4vMoeForConditionalGeneration", inner_model_class="Glm4vMoeModel",
     text_layer_class="Glm4vMoeTextDecoderLayer", vision_block_class="Glm4vMoeVisionBlock",
+    lora_targets=Family.lora_targets,  # the dense first layers and the shared expert: gate / up / down projections
     liger=LigerTargets(rms_norms=("Glm4vMoeTextRMSNorm", "Glm4vMoeRMSNorm"),
                        swiglu=("Glm4vMoeTextMLP", "Glm4vMoeisionMlp"),  # sic: transformers' class name
                        not_covered=("Glm4vMoeTextExperts",)),

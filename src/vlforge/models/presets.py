@@ -151,6 +151,22 @@ REAL_PRESETS: dict[str, RealPreset] = {
         vision={**_QWEN3_VISION_LARGE, "out_hidden_size": 4096},
         tie_word_embeddings=False,
     ),
+    # Qwen/Qwen3-VL-30B-A3B-Instruct: 48 layers of width 2048, every one a MoE of 128 experts top-8 of width 768 (no
+    # shared expert, softmax routing), 32 Q / 4 KV heads of 128, vocab 151936, untied, rope theta 5e6; vision as the
+    # 8B's (27 x 1152, deepstack 8/16/24), output 2048. Read from pytorch/torchtitan
+    # torchtitan/experiments/qwen3_vl/__init__.py flavour "30B-A3B" (commit 0375bb67) and cross-checked against
+    # THUDM/slime scripts/models/qwen3-vl-30b-a3b.sh (commit dfdf8e3d: the text side, untied, dense FFN 6144 kept in
+    # the config as intermediate_size). No source gave the multimodal parameter total.
+    "qwen3_vl_30b_a3b": RealPreset(
+        family="qwen3_vl_moe", checkpoint="Qwen/Qwen3-VL-30B-A3B-Instruct", published_params=None,
+        text={"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48, "num_attention_heads": 32,
+              "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8,
+              "moe_intermediate_size": 768, "decoder_sparse_step": 1, "mlp_only_layers": [],
+              "vocab_size": 151936, "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+              "rope_parameters": _QWEN3_ROPE},
+        vision={**_QWEN3_VISION_LARGE, "out_hidden_size": 2048},
+        tie_word_embeddings=False,
+    ),
     # Qwen/Qwen3.5-9B: 32 layers as 8 x (3 Gated DeltaNet + 1 gated attention), hidden 4096, FFN 12288, attention
     # 16 Q / 4 KV heads of 256 with 64 rotary dims, DeltaNet 16 QK / 32 V heads of 128, vocab 248320 (padded),
     # untied. The model card as quoted by awesomeagents.ai/models/qwen-3-5-9b and apxml.com/models/qwen35-9b; the
