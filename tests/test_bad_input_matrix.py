@@ -195,6 +195,12 @@ CASES: list[Case] = [
          ("training.lerning_rate", "did you mean 'learning_rate'")),
     Case("validate", "unknown section", lambda r: ["validate", train_yaml(r, "unk.yaml", trainingg={"x": 1})],
          ("trainingg",)),
+    Case("validate", "video_max_frames below a temporal patch",  # the processor would refuse it after the model loaded
+         lambda r: ["validate", train_yaml(r, "vmf.yaml", video={"video_max_frames": 1})],
+         ("video.video_max_frames: 1 is less than the 2 frames of one temporal patch",)),
+    Case("train", "video_max_frames below a temporal patch",
+         lambda r: ["train", train_yaml(r, "vmf_train.yaml", video={"video_max_frames": 1})],
+         ("video.video_max_frames: 1 is less than the 2 frames of one temporal patch",)),
     Case("validate", "zero batch size", lambda r: ["validate", train_yaml(r, "zero.yaml"),
                                                    "training.per_device_train_batch_size=0"],
          ("per_device_train_batch_size", "0")),

@@ -79,19 +79,23 @@ def test_a_frame_list_from_the_record_videos_key(make_processor, tmp_path):
 
 
 @pytest.mark.parametrize(("part", "reason", "detail"), [
-    ({"type": "video", "video": ["f0.png", "gone.png"]}, "missing_file", "frame 1 of 2: media file"),
+    ({"type": "video", "video": ["f0.png", "gone.png"]}, "missing_file", "frame 2 of 2: media file"),
     ({"type": "video", "video": ["f0.png", "big.png"]}, "corrupt_video",
-     "frame 1 of 2 is 64x48, frame 0 is 56x56: the frames of one video must share a size"),
-    ({"type": "video", "video": ["f0.png", "bad.png"]}, "corrupt_image", "frame 1 of 2: cannot decode image"),
+     "frame 2 of 2 is 64x48, frame 1 is 56x56: the frames of one video must share a size"),
+    ({"type": "video", "video": ["f0.png", "bad.png"]}, "corrupt_image", "frame 2 of 2: cannot decode image"),
     ({"type": "video", "video": ["f0.png", b"junk"]}, "corrupt_image",
-     "frame 1 of 2: cannot decode image <inline bytes>"),
-    ({"type": "video", "video": ["f0.png", "../f1.png"]}, "path_escape", "frame 1 of 2: media path '../f1.png'"),
+     "frame 2 of 2: cannot decode image <inline bytes>"),
+    ({"type": "video", "video": ["f0.png", "../f1.png"]}, "path_escape", "frame 2 of 2: media path '../f1.png'"),
     ({"type": "video", "video": []}, "schema", "a video given as an empty list of frames"),
     ({"type": "video", "video": ["f0.png", ["f1.png"]]}, "schema", "frame list holds a list"),
     ({"type": "video", "video": ["f0.png", None]}, "schema", "frame list holds null"),
     ({"type": "image", "image": ["f0.png", "f1.png"]}, "schema", "a list of 2 references as one image"),
     ({"type": "video", "video": ["f0.png", "f1.png"], "fps": 1}, "schema", "video option fps samples a clip"),
     ({"type": "video", "video": ["f0.png", "f1.png"], "nframes": 2}, "schema", "video option nframes / frame_num"),
+    ({"type": "video", "video": ["f0.png", "f1.png"], "min_frames": 6}, "schema",
+     "video option min_frames / video_min_frames samples a clip"),
+    ({"type": "video", "video": ["f0.png", "f1.png"], "max_frames": 1}, "schema",
+     "video option video_max_frames (max_frames): 1 is less than the 2 frames of one temporal patch"),
     ({"type": "video", "video": "clip.mp4", "sample_fps": 2}, "schema", "'sample_fps' is the rate of a video given"),
     ({"type": "video", "video": ["f0.png"], "sample_fps": 0}, "schema", "sample_fps: must be a number > 0, got 0"),
     ({"type": "video", "video": ["f0.png"], "sample_fps": "2"}, "schema", "sample_fps: must be a number > 0"),
@@ -128,7 +132,7 @@ def test_validate_reads_a_frame_list_and_names_its_missing_frame(tmp_path):
     report = json.loads(done.stdout)
     assert done.exit_code == 2 and not report["ok"], report
     failures = json.dumps(report["errors"])
-    assert "d.jsonl:line 2: missing_file: frame 1 of 2: media file" in failures and "gone.png" in failures, failures
+    assert "d.jsonl:line 2: missing_file: frame 2 of 2: media file" in failures and "gone.png" in failures, failures
 
 
 def _lmms_python() -> Path:

@@ -57,6 +57,14 @@ def check_model(cfg: TrainConfig) -> None:
 
 def check_supported(cfg: TrainConfig) -> None:
     """Refuse settings this trainer cannot honour (one line each)."""
+    from vlforge.models.families import family as family_record
+    from vlforge.models.refs import model_family
+
+    family = cfg.processor.processor_type or model_family(cfg.model.load_from_pretrained_path)
+    patch = family_record(family).image_processor.get("temporal_patch_size") if family is not None else None
+    if patch and cfg.video.video_max_frames is not None and cfg.video.video_max_frames < patch:
+        raise ConfigError(f"video.video_max_frames: {cfg.video.video_max_frames} is less than the {patch} frames of "
+                          f"one temporal patch of {family}")
     if cfg.training.fp16:
         raise ConfigError("training.fp16: float16 training (loss scaling) is not available in vlforge's trainer; "
                           "use training.bf16: true")

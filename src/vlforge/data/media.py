@@ -87,7 +87,7 @@ class FrameFiles:
             yield
         except SampleError as error:
             raise SampleError(error.reason, self.source, self.location,
-                              f"frame {i} of {len(self.refs)}: {error.detail}") from None
+                              f"frame {i + 1} of {len(self.refs)}: {error.detail}") from None
 
 
 def resolve_item(kind: str, ref: Any, options: dict[str, Any], data_folder: str | Path, *, source: str,

@@ -27,12 +27,13 @@ from vlforge.data.errors import SampleError
 from vlforge.data.lmms_labels import VideoLayout, encode_lmms
 from vlforge.data.media import load_image, resolve_item
 from vlforge.data.rope import mrope_position_ids
-from vlforge.data.schema import FRAME_LIST_KEYS, Conversation, TextPart
+from vlforge.data.schema import FRAME_LIST_KEYS, QWEN_VIDEO_KEYS, Conversation, TextPart
 from vlforge.data.video import decode_video, frame_timestamps
 from vlforge.data.vision import VisionSettings, process_images, process_video_frames
 from vlforge.errors import ConfigError
 from vlforge.models.families import family as family_record
 from vlforge.models.families import names
+from vlforge.strict import first_problem
 
 IGNORE_INDEX = -100
 DEFAULT_SYSTEM = "You are a helpful assistant."
@@ -163,9 +164,11 @@ class QwenVLProcessor:
         try:
             return VisionSettings.with_overrides(self.settings.model_dump(), overrides)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            raise SampleError("schema", conv.source, conv.location,
-                              f"{kind} option {'.'.join(map(str, first['loc'])) or ''}: {first['msg']}") from None
+            loc, message, _ = first_problem(exc)
+            option = ".".join(map(str, loc))
+            written = next((qwen for qwen, ours in QWEN_VIDEO_KEYS.items() if ours == option), None)
+            shown = f"{option} ({written})" if kind == "video" and written else option
+            raise SampleError("schema", conv.source, conv.location, f"{kind} option {shown}: {message}") from None
 
     def _video_text(self, indices: list[int], video_fps: float, grid_t: int, per_frame: int) -> str:
         """Placeholder text of one video, as the family's HF processor writes it."""
@@ -296,9 +299,13 @@ def build_processor(config: Any, tokenizer: Any, family: str, *, image_processor
         1.0
     """
     overrides = config.vision_overrides()
-    if image_processor is not None:
-        settings = VisionSettings.from_image_processor(image_processor, family, **overrides)
-    else:
-        settings = VisionSettings.for_family(family, **overrides)
+    try:
+        if image_processor is not None:
+            settings = VisionSettings.from_image_processor(image_processor, family, **overrides)
+        else:
+            settings = VisionSettings.for_family(family, **overrides)
+    except ValidationError as error:  # the config's pixel / frame keys against the model's processor
+        loc, message, _ = first_problem(error)
+        raise ConfigError(f"{'.'.join(map(str, loc))}: {message}") from None
     return QwenVLProcessor(tokenizer, settings, family, allow_path_escape=config.allow_path_escape,
                            label_mode=config.label_mode)

@@ -49,7 +49,7 @@ FRAME_LIST_FPS = 2.0
 """The rate a video given as a list of frame images was sampled at, unless it says (qwen-vl-utils' default)."""
 FRAME_LIST_KEYS = ("sample_fps",)
 """Options only a video given as frames takes (qwen-vl-utils' name of the rate its frames were sampled at)."""
-CLIP_ONLY_KEYS = ("fps", "frame_num")
+CLIP_ONLY_KEYS = ("fps", "frame_num", "video_min_frames")
 """Options that sample a clip: a video given as frames is used whole (capped by ``video_max_frames``)."""
 _PLACEHOLDER = re.compile(r"<(image|video)>")
 _TOOL_ROLES = frozenset({"function_call", "observation", "tool", "function", "ipython", "tool_call", "tool_response"})
@@ -238,7 +238,7 @@ def _check_frames(part: MediaPart, fail) -> None:
             is not False:
         fail(f"a video's frame list holds {'null' if inner is None else 'a list'}: give one image per frame")
     if frames and (clip := next((k for k in CLIP_ONLY_KEYS if k in part.options), None)):
-        shown = "fps" if clip == "fps" else "nframes / frame_num"
+        shown = " / ".join([qwen for qwen, ours in QWEN_VIDEO_KEYS.items() if ours == clip] + [clip])
         fail(f"video option {shown} samples a clip; a video given as {len(part.ref)} frames is used whole "
              "(capped by max_frames / video_max_frames; sample_fps gives the rate its frames were taken at)")
     if not frames and part.kind == "video" and (only := next((k for k in FRAME_LIST_KEYS if k in part.options),

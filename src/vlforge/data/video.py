@@ -85,7 +85,7 @@ def read_frame_files(files: FrameFiles, settings: VisionSettings, *, source: str
         if image.shape != reference.shape:
             size = "{1}x{0}".format
             raise SampleError("corrupt_video", source, location,
-                              f"frame {i} of {count} is {size(*image.shape)}, frame {first} is "
+                              f"frame {i + 1} of {count} is {size(*image.shape)}, frame {first + 1} is "
                               f"{size(*reference.shape)}: the frames of one video must share a size")
     return DecodedVideo([decoded[i] for i in taken], indices, files.rate, total, "frames", len(decoded))
 

@@ -22,7 +22,7 @@ from transformers.image_utils import SizeDict
 
 from vlforge.media.resize import frame_max_pixels, smart_resize
 from vlforge.models.families import CLIP_MEAN, CLIP_STD, family, uses_image_processor
-from vlforge.strict import StrictModel
+from vlforge.strict import StrictModel, field_error
 
 
 class VisionSettings(StrictModel):
@@ -52,13 +52,14 @@ class VisionSettings(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> VisionSettings:
         if self.min_pixels > self.max_pixels:
-            raise ValueError(f"min_pixels {self.min_pixels} > max_pixels {self.max_pixels}")
+            raise field_error("min_pixels", f"{self.min_pixels} > max_pixels {self.max_pixels}")
         if self.video_min_pixels > self.video_max_pixels:
-            raise ValueError(f"video_min_pixels {self.video_min_pixels} > video_max_pixels {self.video_max_pixels}")
+            raise field_error("video_min_pixels", f"{self.video_min_pixels} > video_max_pixels {self.video_max_pixels}")
         if self.video_sampling_strategy == "frame_num" and self.frame_num is None:
-            raise ValueError("video_sampling_strategy 'frame_num' needs frame_num")
+            raise field_error("frame_num", "video_sampling_strategy 'frame_num' needs frame_num")
         if self.video_max_frames < self.temporal_patch_size:
-            raise ValueError(f"video_max_frames must be >= temporal_patch_size ({self.temporal_patch_size})")
+            raise field_error("video_max_frames", f"{self.video_max_frames} is less than the {self.temporal_patch_size} "
+                                                  "frames of one temporal patch")
         return self
 
     @property
