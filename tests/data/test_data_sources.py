@@ -65,6 +65,32 @@ def test_every_format_reads_all_records_and_resumes_at_any_point(tmp_path, kind)
         assert tail == got[stop:]
 
 
+def test_a_jsonl_resume_position_that_no_longer_starts_a_line_is_refused(tmp_path):
+    """A same-size edit in the middle of a file (which the checkpoint's edge digests do not see) moves the lines:
+    resuming at the saved byte offset would read half a line as a malformed record."""
+    from vlforge.errors import DataError
+
+    path = tmp_path / "d.jsonl"
+    lines = [json.dumps(r) for r in text_records(6)]
+    path.write_text("".join(line + "\n" for line in lines))
+    first = open_source(path)
+    [first.next_record() for _ in range(3)]
+    state = first.state_dict()
+    at_end = open_source(path)
+    while at_end.next_record() is not None:
+        pass
+    open_source(path).load_state_dict(at_end.state_dict())  # the end of the file is a valid position
+    text, offset = path.read_text(), state["offset"]
+    assert text[offset - 1] == "\n"
+    path.write_text(text[:offset - 2] + "\n" + text[offset - 2] + text[offset:])  # the same size, a newline moved
+    with pytest.raises(DataError, match=r"d\.jsonl: the resume position \(byte [\d,]+, after line 3\) is not at the "
+                                        r"start of a line: the file changed since the checkpoint"):
+        open_source(path).load_state_dict(state)
+    path.write_text(lines[0] + "\n")
+    with pytest.raises(DataError, match=r"is past its end"):
+        open_source(path).load_state_dict(state)
+
+
 def test_locations_name_line_and_row(tmp_path):
     paths = _write_all_formats(tmp_path, text_records(3))
     assert [open_source(paths["jsonl"]).next_record().location] == ["line 1"]

@@ -57,6 +57,10 @@ def test_changed_data_refuses_the_resume_unless_ignore_data_skip(run):
     state = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())
     assert state["data_files"] == data_files([records])
 
+    records.write_text(records.read_text() + records.read_text().splitlines()[1] + "\n")  # a finished run reads none
+    again = _train(config, "training.max_steps=3")
+    assert again.returncode == 0 and "was saved reading other data" not in again.stderr, again.stderr[-3000:]
+
 
 def test_first_change_names_added_removed_and_changed_files_and_ignores_a_move(tmp_path):
     a, b, c = (tmp_path / name for name in ("a.jsonl", "b.jsonl", "c.jsonl"))
@@ -70,8 +74,15 @@ def test_first_change_names_added_removed_and_changed_files_and_ignores_a_move(t
     assert first_change(saved, data_files([moved / "a.jsonl", moved / "b.jsonl"])) is None  # the same bytes
     assert first_change(saved, data_files([a, b, c])) == f"2 data file(s) then, 3 now; new or changed: {c}"
     assert first_change(saved, data_files([a])) == f"2 data file(s) then, 1 now; gone or changed: {b}"
-    assert first_change(saved, data_files([b, a])) == f"the same files in another order (data file 1 was {a}, now {b})"
-    assert first_change(saved, data_files([a, b, a])) == f"2 data file(s) then, 3 now; new or changed: {a}"
+    assert first_change(saved, data_files([b, a])) == f"the same files in another order ({b} was data file 2, now 1)"
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    shutil.copy(a, swapped / "b.jsonl")  # the names swapped: each file holds the other's records
+    shutil.copy(b, swapped / "a.jsonl")
+    assert first_change(data_files([moved / "a.jsonl", moved / "b.jsonl"]),
+                        data_files([swapped / "a.jsonl", swapped / "b.jsonl"])) == \
+        f"the same files in another order ({swapped / 'a.jsonl'} now holds what {moved / 'b.jsonl'} held)"
+    assert first_change(saved, data_files([a, b, a])) == f"2 data file(s) then, 3 now; listed again: {a}"
     assert first_change(saved, data_files([a, c])) == f"data file 2 was {b}, now {c} (the same size, other bytes)"
     b.write_text(b.read_text().replace("1", "2"))  # the same size, other bytes
     assert first_change(saved, data_files([a, b])) == f"{b} changed (the same size, other bytes)"

@@ -61,13 +61,18 @@ def first_change(saved: list[dict[str, Any]], now: list[dict[str, Any]]) -> str 
         return None
     if sorted(map(key, saved)) == sorted(map(key, now)):
         moved = next(i for i, (a, b) in enumerate(zip(saved, now, strict=True)) if key(a) != key(b))
-        return f"the same files in another order (data file {moved + 1} was {saved[moved]['path']}, now " \
-               f"{now[moved]['path']})"
+        then = next(i for i, f in enumerate(saved) if key(f) == key(now[moved]))
+        if saved[then]["path"] == now[moved]["path"]:  # entries reordered
+            return f"the same files in another order ({now[moved]['path']} was data file {then + 1}, now {moved + 1})"
+        return f"the same files in another order ({now[moved]['path']} now holds what {saved[then]['path']} held)"
     if len(saved) != len(now):
         then_keys, now_keys = Counter(map(key, saved)), Counter(map(key, now))
-        added = [f["path"] for f in now if _take(then_keys, key(f))]
+        extra = [f for f in now if _take(then_keys, key(f))]
         removed = [f["path"] for f in saved if _take(now_keys, key(f))]
+        copies = [f["path"] for f in extra if key(f) in map(key, saved)]
+        added = [f["path"] for f in extra if key(f) not in map(key, saved)]
         named = (f"; new or changed: {_some(added)}" if added else "") + \
+                (f"; listed again: {_some(copies)}" if copies else "") + \
                 (f"; gone or changed: {_some(removed)}" if removed else "")
         return f"{len(saved)} data file(s) then, {len(now)} now{named}"
     index, (before, after) = next((i, pair) for i, pair in enumerate(zip(saved, now, strict=True))

@@ -143,6 +143,17 @@ class JsonlSource(Source):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.close()
         self._offset, self._line = int(state["offset"]), int(state["line"])
+        if not self._offset:
+            return
+        with open(self.path, "rb") as handle:  # a position past the end or inside a line: the file changed
+            size = handle.seek(0, 2)
+            handle.seek(min(self._offset, size) - 1)
+            inside = self._offset < size and handle.read(1) != b"\n"
+        if self._offset > size or inside:
+            where = "past its end" if self._offset > size else "not at the start of a line"
+            raise DataError(f"{self.path}: the resume position (byte {self._offset:,}, after line {self._line}) is "
+                            f"{where}: the file changed since the checkpoint; restore it, or set "
+                            "checkpointing.ignore_data_skip: true to read the data from its start")
 
     def close(self) -> None:
         if self._fh is not None:

@@ -271,7 +271,9 @@ class Trainer:
         self.sources = [str(entry.path) for entry in entries]
         self.data_files = data_files(entry.path for entry in entries)
         self.resumed_from = ckpt.resume_target(cfg.checkpointing.resume, self.output_dir, warn=ctx.is_main)
-        if self.resumed_from is not None and not cfg.checkpointing.ignore_data_skip:  # before the model loads
+        finished = self.resumed_from is not None and cfg.training.max_steps is not None and \
+            int(ckpt.read_state(self.resumed_from).get("step", 0)) >= cfg.training.max_steps  # reads no more data
+        if self.resumed_from is not None and not cfg.checkpointing.ignore_data_skip and not finished:
             change = ckpt.data_change(self.resumed_from, self.data_files)  # each rank its own files (local copies)
             found = next((c for c in (ctx.all_gather_object(change) if ctx.distributed else [change]) if c), None)
             if found is not None:  # every rank stops with the same line
