@@ -178,6 +178,26 @@ def test_a_second_stop_signal_exits_at_once_with_128_plus_its_number(tmp_path):
         "ERROR a second SIGTERM: exiting at once without saving; checkpoint-3 is kept"
 
 
+def test_a_stop_signal_during_the_final_export_says_the_checkpoint_is_complete(tmp_path):
+    """The run has finished when it exports: the grace period's end there names the export, not a checkpoint."""
+    script = textwrap.dedent("""
+        import logging, os, signal, time
+        from vlforge.train import preemption
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+        with preemption.StopSignals(["SIGTERM"], grace=0.3, newest=lambda: "unused") as stops:
+            stops.exporting = "out/checkpoint-3 is complete (vlforge export out/checkpoint-3 out/final makes the export)"
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)
+        print("not stopped")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM and "not stopped" not in proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "ERROR the stop grace period (training.stop_grace_period = 0.3 s) ended while the finished run exported: "
+        "exiting at once, the export unfinished; out/checkpoint-3 is complete (vlforge export out/checkpoint-3 "
+        "out/final makes the export)")
+
+
 def test_unfinished_checkpoints_are_swept_and_foreign_directories_kept(tmp_path):
     stage = make_staging(tmp_path / "checkpoint-7", writer="train")
     (stage / "weights").mkdir()

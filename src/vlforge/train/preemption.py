@@ -100,6 +100,8 @@ class StopSignals:
         self._timer: threading.Timer | None = None
         self._watcher: threading.Thread | None = None
         self._closed = False
+        self.exporting: str | None = None
+        """Set while the finished run exports: what a stop there leaves (the checkpoint is complete)."""
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     def __enter__(self) -> StopSignals:
@@ -194,12 +196,16 @@ class StopSignals:
 
     def _expired(self) -> None:
         if not self._closed and self.first is not None:
+            waited = "while the finished run exported" if self.exporting else "before the checkpoint was written"
             self._exit_now(self.first[0], f"the stop grace period (training.stop_grace_period = {self.grace:g} s) "
-                                          f"ended before the checkpoint was written")
+                                          f"ended {waited}")
 
     def _exit_now(self, signum: int, why: str) -> None:
-        logger.error("%s: exiting at once without saving; %s", why,
-                     self.newest() if self.newest else "the complete checkpoints are kept")
+        if self.exporting:
+            logger.error("%s: exiting at once, the export unfinished; %s", why, self.exporting)
+        else:
+            logger.error("%s: exiting at once without saving; %s", why,
+                         self.newest() if self.newest else "the complete checkpoints are kept")
         for handler in logging.getLogger("vlforge").handlers:
             with contextlib.suppress(Exception):
                 handler.flush()

@@ -38,6 +38,7 @@ import math
 import os
 import random
 import re
+import signal
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -635,10 +636,15 @@ class Trainer:
         if over_limit(ledger.seen, ledger.total, cfg.data.max_skip_fraction, final=True):
             raise self._limit_error(ledger)  # after the last checkpoint (resume to export), before the export
         if self.export and last_saved is not None:
+            target = self.output_dir / FINAL_DIR
+            stops.exporting = f"{last_saved} is complete (vlforge export {last_saved} {target} makes the export)"
             if ctx.is_main:
                 self._export(last_saved)
             ctx.barrier()
-            result.export_dir = self.output_dir / FINAL_DIR
+            result.export_dir = target
+            if stops.first is not None:
+                logger.warning("%s arrived while the finished run exported: the run and its export are complete",
+                               signal.Signals(stops.first[0]).name)
         return result
 
     def _stop_if_over(self, log: MetricsLogger, result: RunResult, *, settle: bool = False) -> None:
