@@ -94,3 +94,25 @@ def test_the_files_of_a_directory_entry_share_the_records_validate_reads(tmp_pat
         *[(f"part-{i}.jsonl", 25, 60) for i in range(4)], ("one.jsonl", 60, 60)]
     checks, _ = record_checks(cfg, "run.yaml", limit=40)
     assert [c.read for c in checks] == [SHARD_RECORDS] * 4 + [40]
+
+
+def test_a_directory_of_many_clean_shards_is_summed_up_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    import json
+
+    from vlforge.config.data_check import CHECK_RECORDS
+    from vlforge.config.validate import SHOWN_CLEAN
+
+    row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    (tmp_path / "shards").mkdir()
+    for i in range(SHOWN_CLEAN + 5):
+        (tmp_path / "shards" / f"part-{i:02}.jsonl").write_text((json.dumps(row) + "\n") * 3)
+    gone = {"messages": [{"role": "user", "content": [{"type": "image", "image": "gone.png"}]},
+                         {"role": "assistant", "content": "x"}]}
+    (tmp_path / "shards" / "part-99.jsonl").write_text(json.dumps(gone) + "\n")  # fails: listed
+    monkeypatch.chdir(tmp_path)
+    report = check(_config(tmp_path / "run.yaml", {"datasets": [{"path": "shards"}], "on_error": "skip",
+                                                   "max_skip_fraction": 0.5}), records=CHECK_RECORDS)
+    lines = report.data_lines()
+    assert len(report.datasets) == SHOWN_CLEAN + 6 and len(lines) == SHOWN_CLEAN + 3, lines
+    assert any("part-99.jsonl" in line and "1 fail" in line for line in lines)
+    assert lines[-1] == "# data: 5 more data file(s), none fails (15 of 15 records read; --json lists each)"

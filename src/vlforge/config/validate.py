@@ -26,6 +26,9 @@ from vlforge.errors import ExitCode
 from vlforge.flags import Arg
 from vlforge.strict import StrictModel
 
+SHOWN_CLEAN = 10
+"""Data files without a failing record that ``vlforge validate`` names one by one (the rest: one line)."""
+
 
 @dataclass
 class ValidateReport:
@@ -54,11 +57,21 @@ class ValidateReport:
         return "\n".join(head) + "\n" + self.resolved.config.to_yaml()
 
     def data_lines(self) -> list[str]:
-        """``# data: PATH: LAYOUT; N of M records read, F fail`` per data file, and its first failing records."""
-        lines = []
+        """``# data: PATH: LAYOUT; N of M records read, F fail`` per data file, and its first failing records; past
+        :data:`SHOWN_CLEAN` files without a failure (a directory of shards), one line counts the rest (``--json``
+        lists every file)."""
+        lines, clean, hidden = [], 0, []
         for check in self.datasets:
+            if check.layout is not None and not check.failed:
+                clean += 1
+                if clean > SHOWN_CLEAN:
+                    hidden.append(check)
+                    continue
             lines.append(f"# data: {check.line()}")
             lines += [f"#   {example}" for example in check.examples]
+        if hidden:
+            lines.append(f"# data: {len(hidden)} more data file(s), none fails ({sum(c.read for c in hidden)} of "
+                         f"{sum(c.records for c in hidden)} records read; --json lists each)")
         return lines
 
     def to_dict(self) -> dict[str, Any]:
