@@ -57,11 +57,15 @@ def check_model(cfg: TrainConfig) -> None:
 
 def check_supported(cfg: TrainConfig) -> None:
     """Refuse settings this trainer cannot honour (one line each)."""
+    from vlforge.errors import ModelLoadError
     from vlforge.models.families import family as family_record
     from vlforge.models.refs import model_family
 
-    family = cfg.processor.processor_type or model_family(cfg.model.load_from_pretrained_path)
-    patch = family_record(family).image_processor.get("temporal_patch_size") if family is not None else None
+    try:
+        family = cfg.processor.processor_type or model_family(cfg.model.load_from_pretrained_path)
+        patch = family_record(family).image_processor.get("temporal_patch_size") if family is not None else None
+    except (ConfigError, ModelLoadError):  # a bad model reference: the model check names it, in its turn
+        patch = None
     if patch and cfg.video.video_max_frames is not None and cfg.video.video_max_frames < patch:
         raise ConfigError(f"video.video_max_frames: {cfg.video.video_max_frames} is less than the {patch} frames of "
                           f"one temporal patch of {family}")
