@@ -104,3 +104,25 @@ def test_memory_stays_flat_over_a_long_jsonl(tmp_path, qwen3_ckpt):
     assert stats[300]["rows"] == 300 and stats[3000]["rows"] == 3000
     growth = (stats[3000]["maxrss_kb"] - stats[300]["maxrss_kb"]) * 1024
     assert growth < stats[3000]["data_bytes"] / 3, stats
+
+
+@pytest.mark.parametrize(("interrupt", "line", "code"), [
+    (KeyboardInterrupt, "interrupted (Ctrl-C)", 130), ("sigterm", "terminated (SIGTERM)", 143)])
+def test_a_stop_part_way_says_the_cache_resumes(tmp_path, monkeypatch, interrupt, line, code):
+    """Ctrl-C or SIGTERM while extracting: one line naming the cache, that it keeps its shards and resumes."""
+    import vlforge.extract.runner as runner
+    from vlforge.errors import Interrupted
+    from vlforge.extract.command import ExtractRun, extract
+    from vlforge.extract.options import ExtractOptions
+    from vlforge.terminate import TerminateSignal
+
+    def stopped(*_args, **_kwargs):
+        raise TerminateSignal if interrupt == "sigterm" else interrupt
+
+    monkeypatch.setattr(runner, "run_extract", stopped)
+    options = ExtractOptions(model="tiny:qwen3_vl", data=str(tmp_path / "d.jsonl"), out=str(tmp_path / "cache"))
+    with pytest.raises(Interrupted) as caught:
+        extract(ExtractRun(options, progress=False))
+    assert str(caught.value) == f"{line}; {tmp_path / 'cache'} keeps every shard written so far; the same command " \
+                                "resumes the cache"
+    assert caught.value.exit_code == code

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any
 
 from vlforge.command import Cli, Job
-from vlforge.errors import ExitCode
+from vlforge.errors import ExitCode, Interrupted, Terminated
 from vlforge.extract.options import ExtractOptions
 from vlforge.flags import Flag
+from vlforge.terminate import TerminateSignal
 
 if TYPE_CHECKING:
     from vlforge.extract.runner import ExtractSummary
@@ -48,9 +49,16 @@ def check(run: ExtractRun) -> None:
 
 
 def extract(run: ExtractRun) -> ExtractSummary:
+    """The extraction; Ctrl-C or SIGTERM part-way is one line saying the cache resumes."""
     from vlforge.extract.runner import run_extract
 
-    return run_extract(run.options, progress=run.progress, raise_on_limit=False)
+    try:
+        return run_extract(run.options, progress=run.progress, raise_on_limit=False)
+    except (KeyboardInterrupt, TerminateSignal) as caught:
+        kept = f"{run.options.out} keeps every shard written so far; the same command resumes the cache"
+        if isinstance(caught, TerminateSignal):
+            raise Terminated(f"terminated (SIGTERM); {kept}") from None
+        raise Interrupted(f"interrupted (Ctrl-C); {kept}") from None
 
 
 def render(run: ExtractRun, summary: ExtractSummary, console: Any) -> None:
