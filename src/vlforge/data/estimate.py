@@ -30,6 +30,7 @@ from typing import Any
 
 from vlforge.data.config import DataConfig, ResolvedEntry, resolve_entries
 from vlforge.data.errors import SampleError
+from vlforge.data.identity import fingerprint
 from vlforge.data.layouts import file_format
 from vlforge.data.mixture import shares
 from vlforge.data.packing import Binner
@@ -86,20 +87,6 @@ def record_counts(entries: list[ResolvedEntry], *, positions: bool = False) -> l
             source.close()
     limits = [limit for _, limit in shares(entries, held.__getitem__)]
     return [n if limit is None else min(n, limit) for n, limit in zip(spans, limits, strict=True)]
-
-
-def fingerprint(path: Path, chunks: int = 8, chunk_size: int = 1 << 16) -> str:
-    """Content fingerprint: size and sha256 of ``chunks`` evenly spaced pieces (whole file when small)."""
-    size = path.stat().st_size
-    digest = hashlib.sha256(str(size).encode())
-    with open(path, "rb") as fh:
-        if size <= chunks * chunk_size:
-            digest.update(fh.read())
-        else:
-            for k in range(chunks):
-                fh.seek((size - chunk_size) * k // (chunks - 1))
-                digest.update(fh.read(chunk_size))
-    return digest.hexdigest()
 
 
 def cache_dir() -> Path:
