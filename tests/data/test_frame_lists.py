@@ -19,6 +19,7 @@ from vlforge.data import parse_conversation
 from vlforge.data.errors import SampleError
 from vlforge.data.media import resolve_item
 from vlforge.data.video import decode_video
+from vlforge.data.vision_settings import item_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +37,7 @@ def _read(proc, part: dict, folder: Path):
     conv = parse_conversation(chat([part, {"type": "text", "text": "?"}]), "d.jsonl", "line 1")
     video_part = conv.media[0]
     media = resolve_item("video", video_part.ref, video_part.options, folder, source="d.jsonl", location="line 1")
-    return decode_video(media, proc._item_settings(video_part.options, conv, "video"), source="d.jsonl",
+    return decode_video(media, item_settings(proc.settings, video_part.options, "video"), source="d.jsonl",
                         location="line 1")
 
 
@@ -95,7 +96,7 @@ def test_a_frame_list_from_the_record_videos_key(make_processor, tmp_path):
     ({"type": "video", "video": ["f0.png", "f1.png"], "min_frames": 6}, "schema",
      "video option min_frames / video_min_frames samples a clip"),
     ({"type": "video", "video": ["f0.png", "f1.png"], "max_frames": 1}, "schema",
-     "video option video_max_frames (max_frames): 1 is less than the 2 frames of one temporal patch"),
+     "video option max_frames / video_max_frames: 1 is less than the 2 frames of one temporal patch"),
     ({"type": "video", "video": "clip.mp4", "sample_fps": 2}, "schema", "'sample_fps' is the rate of a video given"),
     ({"type": "video", "video": ["f0.png"], "sample_fps": 0}, "schema", "sample_fps: must be a number > 0, got 0"),
     ({"type": "video", "video": ["f0.png"], "sample_fps": "2"}, "schema", "sample_fps: must be a number > 0"),
@@ -133,6 +134,39 @@ def test_validate_reads_a_frame_list_and_names_its_missing_frame(tmp_path):
     assert done.exit_code == 2 and not report["ok"], report
     failures = json.dumps(report["errors"])
     assert "d.jsonl:line 2: missing_file: frame 2 of 2: media file" in failures and "gone.png" in failures, failures
+
+
+@pytest.mark.parametrize(("family", "part", "fixed", "detail"), [
+    ("qwen3_vl", {"type": "video", "video": ["f0.png", "f1.png"], "max_frames": 1}, {"max_frames": 2},
+     "video option max_frames / video_max_frames: 1 is less than the 2 frames of one temporal patch"),
+    ("qwen2_vl", {"type": "image", "image": "f0.png", "min_pixels": 10 ** 6, "max_pixels": 4096}, {"min_pixels": 1024},
+     "image option min_pixels: 1000000 > max_pixels 4096"),
+    ("qwen2_5_vl", {"type": "video", "video": "f0.png", "nframes": 0}, {"nframes": 2},
+     "video option nframes / frame_num: Input should be greater than 0"),
+])
+def test_validate_checks_an_items_own_options_as_training_does(make_processor, tmp_path, family, part, fixed, detail):
+    """A bad per-item option is the sample error of training, and `validate` reports it before any model loads."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from vlforge.cli import app
+
+    _frames(tmp_path, 2)
+    rows = [chat([{**part, **fixed}]), chat([part])]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({
+        "data": {"datasets": [{"path": str(tmp_path / "d.jsonl"), "data_folder": str(tmp_path)}],
+                 "on_error": "raise"},
+        "model": {"load_from_pretrained_path": f"tiny:{family}"}, "training": {"max_steps": 1}}))
+    done = CliRunner().invoke(app, ["validate", str(tmp_path / "run.yaml"), "--json"])
+    report = json.loads(done.stdout)
+    assert done.exit_code == 2 and not report["ok"], report
+    assert report["datasets"][0]["skipped"] == {"schema": 1}, report["datasets"]
+    failures = json.dumps(report["errors"])
+    assert f"d.jsonl:line 2: schema: {detail}" in failures, failures
+    with pytest.raises(SampleError) as caught:  # training's processor: the same line
+        make_processor(family).process(parse_conversation(rows[1], "d.jsonl", "line 2"), tmp_path)
+    assert str(caught.value) == f"d.jsonl:line 2: schema: {detail}"
 
 
 def _lmms_python() -> Path:

@@ -156,7 +156,7 @@ def test_lmms_label_mode_follows_the_hand_written_rule(tmp_path, tiny_checkpoint
 
 def test_lmms_label_mode_is_refused_for_families_lmms_does_not_process():
     from vlforge.data.processor import QwenVLProcessor
-    from vlforge.data.vision import VisionSettings
+    from vlforge.data.vision_settings import VisionSettings
     from vlforge.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"label_mode 'lmms'.*'glm4v'"):

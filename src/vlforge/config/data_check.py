@@ -6,8 +6,9 @@ model loads, instead of failing at the first batch. Paths are resolved as the da
 them: relative to the working directory, entries of a dataset YAML relative to that YAML. Each file's record
 layout is decided here as the pipeline decides it (:func:`vlforge.data.layouts.file_format`); a file with no chat
 record at its start is a problem. ``vlforge validate`` also reads the first :data:`CHECK_RECORDS` records of every
-file (:func:`record_checks`): their layout and their media references (files that exist, no remote URL, no
-escape from ``data_folder``; nothing is decoded), counted per reason as training counts skipped samples.
+file (:func:`record_checks`): their layout, their media references (files that exist, no remote URL, no
+escape from ``data_folder``; nothing is decoded) and each item's own options (``max_frames``, ``min_pixels``; under
+the family's defaults and the config's keys), counted per reason as training counts skipped samples.
 
 Example:
     >>> from vlforge.config.schema import TrainConfig
@@ -22,12 +23,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vlforge.config.problems import Problem
 from vlforge.config.schema import TrainConfig
 from vlforge.data.config import ResolvedEntry
 from vlforge.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from vlforge.data.schema import MediaPart
+    from vlforge.data.sources import RawRecord
+    from vlforge.data.vision_settings import VisionSettings
 
 CHECK_RECORDS = 1000
 """Records ``vlforge validate`` reads from the start of each data file (of a directory or pattern entry: shared by
@@ -184,6 +190,36 @@ class RecordCheck:
                 "failed": self.failed, "skipped": dict(sorted(self.skipped.items())), "examples": list(self.examples)}
 
 
+def _run_settings(cfg: TrainConfig) -> VisionSettings | None:
+    """The run's vision settings as far as its config tells: the family's defaults under the config's pixel and
+    frame keys (training starts from the checkpoint's image processor). None when the family is unknown or the
+    config's keys do not hold (the config checks name those)."""
+    from pydantic import ValidationError
+
+    from vlforge.config.data import data_config
+    from vlforge.config.preflight import run_family
+    from vlforge.data.vision_settings import VisionSettings
+
+    family = run_family(cfg)
+    try:
+        return VisionSettings.for_family(family, **data_config(cfg).vision_overrides()) if family else None
+    except ValidationError:
+        return None
+
+
+def _check_options(part: MediaPart, settings: VisionSettings | None, raw: RawRecord) -> None:
+    """A media item's own options (``max_frames``, ``min_pixels``, ...) hold under the run's settings."""
+    from vlforge.data.errors import SampleError
+    from vlforge.data.vision_settings import item_settings
+
+    if settings is None or not part.options:
+        return
+    try:
+        item_settings(settings, part.options, part.kind)
+    except ValueError as error:
+        raise SampleError("schema", raw.source, raw.location, str(error)) from None
+
+
 def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", limit: int = CHECK_RECORDS
                   ) -> tuple[list[RecordCheck], list[Problem]]:
     """Read the first ``limit`` records of every data file as training reads them (layout, turns, media references;
@@ -197,6 +233,7 @@ def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", lim
     from vlforge.data.sources import open_source
 
     found, _ = _entries(cfg, origin, Path(base_dir))
+    settings = _run_settings(cfg)
     checks: list[RecordCheck] = []
     problems: list[Problem] = []
     escape = cfg.data.allow_path_escape
@@ -225,6 +262,7 @@ def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", lim
                                              source=raw.source, location=raw.location, allow_path_escape=escape)
                         for i in range(len(found) if isinstance(found, FrameFiles) else 0):
                             found.frame(i)  # every frame of a frame list exists (training reads those it keeps)
+                        _check_options(part, settings, raw)
                 except SampleError as error:
                     ledger.record(error)
                     if len(examples) < SHOWN_FAILURES:

@@ -55,17 +55,27 @@ def check_model(cfg: TrainConfig) -> None:
                           f"{', '.join(names(lmms_labels=True))}; {family} has none (use label_mode: assistant)")
 
 
-def check_supported(cfg: TrainConfig) -> None:
-    """Refuse settings this trainer cannot honour (one line each)."""
+def run_family(cfg: TrainConfig) -> str | None:
+    """The model family ``cfg`` trains, read without loading (``processor.processor_type``, else the model
+    reference's ``model_type``); None when neither names a family vlforge has, or the reference is bad (the model
+    check names that in its turn)."""
     from vlforge.errors import ModelLoadError
-    from vlforge.models.families import family as family_record
+    from vlforge.models.families import names
     from vlforge.models.refs import model_family
 
     try:
-        family = cfg.processor.processor_type or model_family(cfg.model.load_from_pretrained_path)
-        patch = family_record(family).image_processor.get("temporal_patch_size") if family is not None else None
-    except (ConfigError, ModelLoadError):  # a bad model reference: the model check names it, in its turn
-        patch = None
+        found = cfg.processor.processor_type or model_family(cfg.model.load_from_pretrained_path)
+    except (ConfigError, ModelLoadError):
+        return None
+    return found if found in names() else None
+
+
+def check_supported(cfg: TrainConfig) -> None:
+    """Refuse settings this trainer cannot honour (one line each)."""
+    from vlforge.models.families import family as family_record
+
+    family = run_family(cfg)
+    patch = family_record(family).image_processor.get("temporal_patch_size") if family is not None else None
     if patch and cfg.video.video_max_frames is not None and cfg.video.video_max_frames < patch:
         raise ConfigError(f"video.video_max_frames: {cfg.video.video_max_frames} is less than the {patch} frames of "
                           f"one temporal patch of {family}")

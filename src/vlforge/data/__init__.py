@@ -42,7 +42,7 @@ _EXPORTS = {
     "decode_video": "vlforge.data.video",
     "frame_timestamps": "vlforge.data.video",
     "sample_frame_indices": "vlforge.data.video",
-    "VisionSettings": "vlforge.data.vision",
+    "VisionSettings": "vlforge.data.vision_settings",
     "process_images": "vlforge.data.vision",
     "process_video_frames": "vlforge.data.vision",
     "video_frame_size": "vlforge.data.vision",

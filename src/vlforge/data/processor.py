@@ -27,9 +27,10 @@ from vlforge.data.errors import SampleError
 from vlforge.data.lmms_labels import VideoLayout, encode_lmms
 from vlforge.data.media import load_image, resolve_item
 from vlforge.data.rope import mrope_position_ids
-from vlforge.data.schema import FRAME_LIST_KEYS, QWEN_VIDEO_KEYS, Conversation, TextPart
+from vlforge.data.schema import Conversation, MediaPart, TextPart
 from vlforge.data.video import decode_video, frame_timestamps
-from vlforge.data.vision import VisionSettings, process_images, process_video_frames
+from vlforge.data.vision import process_images, process_video_frames
+from vlforge.data.vision_settings import VisionSettings, item_settings
 from vlforge.errors import ConfigError
 from vlforge.models.families import family as family_record
 from vlforge.models.families import names
@@ -117,11 +118,11 @@ class QwenVLProcessor:
             media = resolve_item(part.kind, part.ref, part.options, data_folder, allow_path_escape=allow_path_escape,
                                  **where)
             if part.kind == "image":
-                images.append((load_image(media, **where), self._item_settings(part.options, conv, "image")))
+                images.append((load_image(media, **where), self._item_settings(part, conv)))
                 texts.append(("image", len(images) - 1))
                 layouts.append(None)
                 continue
-            video_settings = self._item_settings(part.options, conv, "video")
+            video_settings = self._item_settings(part, conv)
             video = decode_video(media, video_settings, **where)
             tensors = process_video_frames(video.frames, video_settings)
             t, h, w = tensors["video_grid_thw"][0].tolist()
@@ -151,24 +152,12 @@ class QwenVLProcessor:
                 rendered.append(value)
         return rendered, out, layouts
 
-    def _item_settings(self, options: dict[str, Any], conv: Conversation, kind: str) -> VisionSettings:
-        """The settings with an item's own options (an image's ``min_pixels`` / ``max_pixels``, a video's ``fps`` /
-        ``frame_num`` / ``video_*``), validated."""
-        overrides = {key: value for key, value in options.items() if key not in FRAME_LIST_KEYS}  # read when resolved
-        if not overrides:
-            return self.settings
-        if "frame_num" in overrides:
-            overrides["video_sampling_strategy"] = "frame_num"
-        elif "fps" in overrides:
-            overrides["video_sampling_strategy"] = "fps"
+    def _item_settings(self, part: MediaPart, conv: Conversation) -> VisionSettings:
+        """The settings with the item's own options; a bad option is a sample error."""
         try:
-            return VisionSettings.with_overrides(self.settings.model_dump(), overrides)
-        except ValidationError as exc:
-            loc, message, _ = first_problem(exc)
-            option = ".".join(map(str, loc))
-            written = next((qwen for qwen, ours in QWEN_VIDEO_KEYS.items() if ours == option), None)
-            shown = f"{option} ({written})" if kind == "video" and written else option
-            raise SampleError("schema", conv.source, conv.location, f"{kind} option {shown}: {message}") from None
+            return item_settings(self.settings, part.options, part.kind)
+        except ValueError as error:
+            raise SampleError("schema", conv.source, conv.location, str(error)) from None
 
     def _video_text(self, indices: list[int], video_fps: float, grid_t: int, per_frame: int) -> str:
         """Placeholder text of one video, as the family's HF processor writes it."""

@@ -226,6 +226,15 @@ def _fill(messages: list[Message], pools: dict[str, tuple[str, list[Any]]], fail
         next(m for m in messages if m.role == "user").parts[:0] = front
 
 
+def video_option_name(option: str) -> str:
+    """A video setting as a record may name it: qwen-vl-utils' name, then vlforge's.
+
+    Example:
+        >>> video_option_name("video_max_frames"), video_option_name("fps")
+        ('max_frames / video_max_frames', 'fps')
+    """
+    return " / ".join([qwen for qwen, ours in QWEN_VIDEO_KEYS.items() if ours == option] + [option])
+
 def _check_frames(part: MediaPart, fail) -> None:
     """A list reference is a video's frame images (qwen-vl-utils, LLaMA-Factory): not an image, not empty, not
     nested; its options are the frame-list ones, a video file's are the clip ones."""
@@ -238,8 +247,7 @@ def _check_frames(part: MediaPart, fail) -> None:
             is not False:
         fail(f"a video's frame list holds {'null' if inner is None else 'a list'}: give one image per frame")
     if frames and (clip := next((k for k in CLIP_ONLY_KEYS if k in part.options), None)):
-        shown = " / ".join([qwen for qwen, ours in QWEN_VIDEO_KEYS.items() if ours == clip] + [clip])
-        fail(f"video option {shown} samples a clip; a video given as {len(part.ref)} frames is used whole "
+        fail(f"video option {video_option_name(clip)} samples a clip; a video given as {len(part.ref)} frames is used whole "
              "(capped by max_frames / video_max_frames; sample_fps gives the rate its frames were taken at)")
     if not frames and part.kind == "video" and (only := next((k for k in FRAME_LIST_KEYS if k in part.options),
                                                              None)):

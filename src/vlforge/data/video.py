@@ -17,7 +17,7 @@ import numpy as np
 
 from vlforge.data.errors import SampleError
 from vlforge.data.media import FrameFiles, Media
-from vlforge.data.vision import VisionSettings
+from vlforge.data.vision_settings import VisionSettings
 from vlforge.media.decode import DECODE_ERRORS, DecodedVideo, read_video
 
 __all__ = ["DecodedVideo", "decode_video", "frame_timestamps", "read_frame_files", "sample_frame_indices"]
