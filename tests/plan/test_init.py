@@ -159,3 +159,24 @@ def test_the_written_config_trains_two_steps(tmp_path: Path, monkeypatch: pytest
                           "model.token_audit=false"], progress=False)
     assert len(done.losses) >= 1 and all(loss == loss for loss in done.losses)  # finite, logged
     assert (tmp_path / "run" / "final" / "config.json").is_file()
+
+
+def test_videos_given_as_frames_are_said_to_keep_their_own_rate(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`video.fps` samples video files: on data whose videos are lists of frames the starter says it is unused."""
+    for i in range(6):
+        Image.new("RGB", (96, 64), (i * 40, 0, 0)).save(data / f"frame{i}.png")
+    rows = [{"messages": [{"role": "user", "content": [
+        {"type": "video", "video": [f"frame{j}.png" for j in range(n)], "sample_fps": 1},
+        {"type": "text", "text": "What happens?"}]}, {"role": "assistant", "content": "It gets redder."}]}
+        for n in (4, 6)]
+    (data / "frames.jsonl").write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    result = _init(data, monkeypatch, "--model", "tiny:qwen3_vl", "--data", "frames.jsonl", "--gpu-memory", "24GB",
+                   "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["survey"]["videos"] == 2 and report["survey"]["video_frame_lists"] == 2, report["survey"]
+    text = report["text"]
+    assert "2 of the 2 are lists of frames" in text, text
+    fps_line = next(line for line in text.splitlines() if line.strip().startswith("fps:"))
+    assert "unused by the sampled videos: lists of frames" in fps_line, fps_line
+    assert yaml.safe_load(text)["video"]["video_max_frames"] >= 6

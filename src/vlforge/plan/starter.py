@@ -227,6 +227,15 @@ def _line(key: str, value: Any, comment: str = "", width: int = 34) -> str:
     return f"{text.ljust(width - 1)} # {comment}" if comment else text
 
 
+def _fps_comment(survey: DataSurvey) -> str:
+    """Why ``video.fps`` is there: it samples video files; a video given as frames keeps its own rate."""
+    if not survey.frame_lists:
+        return "frames sampled per second"
+    if survey.frame_lists == survey.videos:
+        return "unused by the sampled videos: lists of frames, each read whole at its own sample_fps"
+    return "frames sampled per second of a video file; a list of frames keeps its own sample_fps"
+
+
 def _hw(hw: tuple[int, int]) -> str:
     return f"{hw[1]}x{hw[0]}"
 
@@ -244,8 +253,9 @@ def render(starter: Starter, *, model: str, data: str, hardware: str, config_nam
         media.append(f"images in {survey.with_images} (up to {survey.most_images} per record, the largest "
                      f"{_hw(survey.largest_image)} after resizing)")
     if survey.with_videos:
+        lists = f"; {survey.frame_lists} of the {survey.videos} are lists of frames" if survey.frame_lists else ""
         media.append(f"videos in {survey.with_videos} (up to {survey.most_frames} frames of "
-                     f"{_hw(survey.largest_frame)})")
+                     f"{_hw(survey.largest_frame)}{lists})")
     skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(survey.skipped.items()))
     head = [
         f"# Starter config written by: vlforge init --model {shlex.quote(model)} --data {shlex.quote(data)} {hardware}",
@@ -286,8 +296,9 @@ def render(starter: Starter, *, model: str, data: str, hardware: str, config_nam
         body += ["", "video:",
                  _line("video_max_pixels", cfg.video.video_max_pixels,
                        f"the largest sampled frame ({_hw(survey.largest_frame)})"),
-                 _line("video_max_frames", cfg.video.video_max_frames, "frames of the longest sampled video"),
-                 _line("fps", cfg.video.fps, "frames sampled per second")]
+                 _line("video_max_frames", cfg.video.video_max_frames, "frames of the longest sampled video"
+                       + ("; a longer list of frames is thinned evenly to it" if survey.frame_lists else "")),
+                 _line("fps", cfg.video.fps, _fps_comment(survey))]
     packing = cfg.packing
     row_why = (f"holds the longest sampled record ({survey.longest}) and {MEDIAN_PER_ROW} of the median"
                if not any(c.startswith("packing.") for c in changes) else "shortened by the plan to fit")

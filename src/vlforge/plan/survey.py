@@ -50,6 +50,11 @@ class DataSurvey:
     """(height, width) in pixels of the largest sampled video frame, after resizing."""
     most_frames: int = 0
     """Frames taken from the longest sampled video."""
+    videos: int = 0
+    """Sampled videos (a record may hold several)."""
+    frame_lists: int = 0
+    """Sampled videos given as lists of frame images: read whole at their own ``sample_fps`` (``fps`` samples only
+    video files), capped by ``video_max_frames``."""
     skipped: dict[str, int] = field(default_factory=dict)
     first_problem: str | None = None
 
@@ -84,6 +89,7 @@ class DataSurvey:
                 "records_with_images": self.with_images, "records_with_videos": self.with_videos,
                 "most_images_per_record": self.most_images, "largest_image_hw": list(self.largest_image),
                 "largest_video_frame_hw": list(self.largest_frame), "most_video_frames": self.most_frames,
+                "videos": self.videos, "video_frame_lists": self.frame_lists,
                 "skipped": dict(self.skipped), "first_problem": self.first_problem}
 
 
@@ -131,6 +137,8 @@ def survey_data(cfg: TrainConfig, *, sample: int = 64, processor: Any = None) ->
                 survey.largest_image = max(survey.largest_image, (h * patch, w * patch), key=_area)
         if done.video_grid_thw is not None and len(done.video_grid_thw):
             survey.with_videos += 1
+            survey.videos += len(done.video_grid_thw)
+            survey.frame_lists += sum(isinstance(p.ref, (list, tuple)) for p in conv.media if p.kind == "video")
             for t, h, w in done.video_grid_thw.tolist():
                 survey.largest_frame = max(survey.largest_frame, (h * patch, w * patch), key=_area)
                 survey.most_frames = max(survey.most_frames, t * temporal)
