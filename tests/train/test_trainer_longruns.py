@@ -333,6 +333,23 @@ def test_an_interrupt_while_the_stop_signals_are_being_set_is_one_line(tmp_path,
     assert caught.value.exit_code == code
 
 
+@pytest.mark.parametrize(("interrupt", "line"), [(KeyboardInterrupt, "interrupted (Ctrl-C)"),
+                                               (TerminateSignal, "terminated (SIGTERM)")], ids=["ctrl-c", "sigterm"])
+def test_an_interrupt_during_the_export_names_the_export_not_a_step(tmp_path, model_path, monkeypatch, interrupt,
+                                                                    line):
+    def interrupted(self, checkpoint):
+        raise interrupt
+
+    monkeypatch.setattr(Trainer, "_export", interrupted)
+    trainer = _in_process(tmp_path / "out", model_path, max_steps=1)
+    trainer.export = True
+    with pytest.raises(Interrupted) as caught:
+        trainer.train()
+    out = tmp_path / "out"
+    assert str(caught.value) == (f"{line} while exporting checkpoint-1 to {out / 'final'}; the newest complete "
+                                 f"checkpoint is {out / 'checkpoint-1'} (the same command continues from it)")
+
+
 # -- two torchrun ranks ----------------------------------------------------------------------------------------------
 def _two_ranks(root: Path, model_path: Path, **training) -> Path:
     cfg = tiny_config(root / "out", model_path, training={"max_steps": 4, "rank_timeout": 3, **training},

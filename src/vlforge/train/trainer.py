@@ -232,6 +232,7 @@ class Trainer:
         self.ctx = ctx or init_distributed(device=torch.device("cpu") if cfg.training.use_cpu else None,
                                            timeout=datetime.timedelta(seconds=cfg.training.ddp_timeout))
         self.output_dir = Path(cfg.checkpointing.output_dir)
+        self._exporting: str | None = None  # while the finished run exports: where an interrupt stops it
         # Set by setup(): the model, its data, the optimiser and where the run resumes from.
         self.ready = False
         self.tm: TrainModel | None = None
@@ -552,7 +553,7 @@ class Trainer:
                 except VlforgeError:
                     raise
                 except (KeyboardInterrupt, TerminateSignal) as caught:
-                    raise stopped_by(caught, in_step(beats.step), self._newest()) from None
+                    raise stopped_by(caught, self._exporting or in_step(beats.step), self._newest()) from None
                 except (Exception, ckpt.CheckpointException) as error:
                     raise self._explained(error, beats) from error
                 finally:
@@ -638,6 +639,7 @@ class Trainer:
         if self.export and last_saved is not None:
             target = self.output_dir / FINAL_DIR
             stops.exporting = f"{last_saved} is complete (vlforge export {last_saved} {target} makes the export)"
+            self._exporting = f"while exporting {last_saved.name} to {target}"  # where a Ctrl-C or SIGTERM stops
             if ctx.is_main:
                 self._export(last_saved)
             ctx.barrier()
