@@ -25,7 +25,9 @@ The layouts, read from their sources:
   ``texts`` (a list of ``{user, assistant, source}`` exchanges); the images go before the first question.
 * transformers' chat format (``apply_chat_template`` content parts ``{"type": "image", "url" | "path" |
   "base64"}``) and TRL's vision datasets (parquet: parts ``{"type", "text", "index"}`` and an ``images``
-  column of ``Image`` structs).
+  column of ``Image`` structs), and its prompt-completion sets (``trl-lib/llava-instruct-mix``, TRL
+  ``examples/datasets/llava_instruct_mix.py``: ``prompt`` = the messages but the last, ``completion`` = the last,
+  ``<image>`` removed from the text, an ``images`` column; TRL trains the completion only).
 
 Each is streamed through ``vlforge.data.DataStream`` with the processor of two families (the HF processors the
 tiny qwen2_5_vl and qwen3_vl checkpoints ship) and compared tensor by tensor with the native file.
@@ -206,6 +208,23 @@ def _write_layouts(root: Path) -> dict[str, tuple[dict, list[dict]]]:
     out["trl_vision"] = ({"path": "trl_vision.parquet"}, [
         {"messages": [_user(("image", "ov_0.png"), "What is this?"), _reply("Noise.")]}])
 
+    # TRL's prompt-completion vision sets (trl-lib/llava-instruct-mix, examples/datasets/llava_instruct_mix.py: the
+    # last message is the completion, `<image>` removed from the text, an `images` column): only the completion trains
+    turn = pa.struct([("content", pa.string()), ("role", pa.string())])
+    pc_schema = pa.schema([("images", pa.list_(HF_IMAGE)), ("prompt", pa.list_(turn)), ("completion", pa.list_(turn))])
+    pc = [{"images": [{"bytes": (root / "ov_0.png").read_bytes(), "path": None}],
+           "prompt": [{"role": "user", "content": "What is shown?"}, {"role": "assistant", "content": "Noise."},
+                      {"role": "user", "content": "Which colours?"}],
+           "completion": [{"role": "assistant", "content": "Grey ones."}]},
+          {"images": [{"bytes": (root / "ov_1.png").read_bytes(), "path": None}],
+           "prompt": [{"role": "user", "content": "Describe it."}],
+           "completion": [{"role": "assistant", "content": "A square."}]}]
+    pq.write_table(pa.Table.from_pylist(pc, schema=pc_schema), root / "trl_prompt_completion.parquet")
+    out["trl_prompt_completion"] = ({"path": "trl_prompt_completion.parquet"}, [
+        {"messages": [_user(("image", "ov_0.png"), "What is shown?"), {**_reply("Noise."), "weight": 0},
+                      _user("Which colours?"), _reply("Grey ones.")]},
+        {"messages": [_user(("image", "ov_1.png"), "Describe it."), _reply("A square.")]}])
+
     # The Cauldron: exchanges {user, assistant, source} in `texts`, an `images` list of Image structs before them
     exchange = pa.struct([("user", pa.string()), ("assistant", pa.string()), ("source", pa.string())])
     cauldron_schema = pa.schema([("images", pa.list_(HF_IMAGE)), ("texts", pa.list_(exchange))]).with_metadata(
@@ -282,7 +301,7 @@ def _samples(processor, root: Path, entry: dict) -> list[dict]:
 @pytest.mark.parametrize("name", ["llava_instruct", "sharegpt4v", "llava_video", "llava_onevision", "llava_onevision_arrow",
                                   "llama_factory_mllm_demo",
                                   "llama_factory_mllm_video_demo", "transformers_chat", "trl_vision",
-                                  "the_cauldron", "llama_factory_alpaca", "llama_factory_alpaca_columns"])
+                                  "trl_prompt_completion", "the_cauldron", "llama_factory_alpaca", "llama_factory_alpaca_columns"])
 def test_published_layout_gives_the_samples_of_the_messages_layout(layouts, processors, name):
     root, files = layouts
     entry, natives = files[name]

@@ -140,7 +140,15 @@ def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
     ({"messages": "[{\"role\": \"user\""}, "malformed_json", "not valid JSON"),
     ({"id": 3, "image": "a.png"}, "schema", "record needs a non-empty 'messages' list of {role, content} turns, a "
      "'conversations' list of {from, value} turns (LLaVA / ShareGPT), a 'texts' list of {user, assistant} exchanges "
-     "(The Cauldron) or 'instruction' and 'output' keys (alpaca)"),
+     "(The Cauldron), 'prompt' and 'completion' (TRL) or 'instruction' and 'output' keys (alpaca)"),
+    ({"prompt": "Hi", "completion": [{"role": "user", "content": "x"}]}, "schema",
+     "completion turn 0 has role 'user': a completion holds the assistant's reply"),
+    ({"prompt": [{"role": "user", "content": "Hi"}], "completion": 3}, "schema",
+     "'completion' must be a string or a non-empty list of turns (objects); expected 'prompt' and 'completion', each "
+     "a string or a non-empty list of {role, content} turns (prompt_completion: prompt and completion as {role, "
+     "content} turns or strings (detected from item 4))"),
+    ({"prompt": [{"role": "user", "content": "<image>Q"}], "completion": "A", "images": ["a.png", "b.png"]},
+     "placeholder_mismatch", "1 <image> placeholder(s) in the text but 2 item(s) in 'images'"),
     ({"instruction": "Q", "output": None}, "schema", "record has no 'output' text; expected a string 'output' (and "
      "'instruction' / 'input' strings) (alpaca: {instruction, input, output} records, earlier exchanges from history, system prompt "
      "from system (detected from item 4))"),
@@ -163,6 +171,44 @@ def test_records_that_fit_no_layout_fail_in_one_line(record, reason, detail):
         parse_conversation(record, "d.json", "item 4")
     assert info.value.reason == reason and detail in str(info.value), str(info.value)
     assert str(info.value).startswith(f"d.json:item 4: {reason}: ") and "\n" not in str(info.value)
+
+
+def test_trl_prompt_completion_trains_the_completion_only():
+    """TRL's prompt-completion records: a string or turns on either side; the prompt's replies are context."""
+    conv = parse_conversation({"prompt": [{"role": "system", "content": "Be brief."},
+                                          {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Q"}]},
+                                          {"role": "assistant", "content": "A1"}, {"role": "user", "content": "Q2"}],
+                               "completion": [{"role": "assistant", "content": "A2"}], "images": ["a.png"]},
+                              "d.jsonl", "line 1")
+    assert [(m.role, m.trained) for m in conv.messages] == [("system", True), ("user", True), ("assistant", False),
+                                                             ("user", True), ("assistant", True)]
+    assert [p.ref for p in conv.media] == ["a.png"]
+    plain = parse_conversation({"prompt": "What is 2+2?", "completion": "4"}, "d.jsonl", "line 2")
+    assert [(m.role, m.parts[0].text, m.trained) for m in plain.messages] == [("user", "What is 2+2?", True),
+                                                                              ("assistant", "4", True)]
+    with pytest.raises(ValidationError, match="layout prompt_completion reads TRL's 'prompt' and 'completion'"):
+        DatasetEntry(path="d.jsonl", layout="prompt_completion", columns={"messages": "chat"})
+
+
+def test_validate_reads_a_trl_prompt_completion_parquet(tmp_path, media_dir):
+    from typer.testing import CliRunner
+
+    from vlforge.cli import app
+
+    turn = pa.struct([("content", pa.string()), ("role", pa.string())])
+    rows = [{"images": [(media_dir / "img0.png").read_bytes()], "prompt": [{"role": "user", "content": "What?"}],
+             "completion": [{"role": "assistant", "content": "Noise."}]},
+            {"images": [], "prompt": [{"role": "user", "content": "Hi"}], "completion": [{"role": "user", "content": "x"}]}]
+    pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([("images", pa.list_(pa.binary())), ("prompt",
+                   pa.list_(turn)), ("completion", pa.list_(turn))])), tmp_path / "pc.parquet")
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({
+        "data": {"dataset_path": str(tmp_path / "pc.parquet"), "on_error": "skip", "max_skip_fraction": 0.6},
+        "model": {"load_from_pretrained_path": "tiny:qwen3_vl"}, "training": {"max_steps": 1}}))
+    done = CliRunner().invoke(app, ["validate", str(tmp_path / "run.yaml"), "--json"])
+    report = json.loads(done.stdout)
+    assert done.exit_code == 0, report
+    assert report["datasets"][0]["layout"]["layout"] == "prompt_completion" and report["datasets"][0]["read"] == 2
+    assert report["datasets"][0]["skipped"] == {"schema": 1}, report["datasets"]
 
 
 def test_pairs_layout_named_with_renamed_keys(tmp_path):

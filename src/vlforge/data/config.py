@@ -9,8 +9,9 @@ knobs. Defaults are the training config's (LMMS Engine's where LMMS Engine has t
 
 A dataset YAML is a list of entries ``{path, data_folder, data_type}`` (or a mapping with a
 ``datasets:`` list) plus optional ``weight`` (sampling ratio in the mixture), ``max_samples`` and the record
-layout: ``layout`` (``auto``, ``messages``, ``sharegpt``, ``pairs``), ``columns`` and ``tags`` (record keys and role names,
-as LLaMA-Factory's ``dataset_info.json`` names them; :mod:`vlforge.data.layouts`).
+layout: ``layout`` (``auto``, ``messages``, ``sharegpt``, ``pairs``, ``prompt_completion``, ``alpaca``), ``columns``
+and ``tags`` (record keys and role names, as LLaMA-Factory's ``dataset_info.json`` names them;
+:mod:`vlforge.data.layouts`).
 Relative ``path`` / ``data_folder`` resolve against the YAML's directory; an empty ``data_folder``
 means the dataset file's own directory.
 
@@ -90,7 +91,7 @@ def _json_kind_by_content(path: Path) -> str | None:
     return None if one_array else "jsonl"
 
 
-LayoutName = Literal["auto", "messages", "sharegpt", "pairs", "alpaca"]
+LayoutName = Literal["auto", "messages", "sharegpt", "pairs", "prompt_completion", "alpaca"]
 """Record layouts a dataset entry may name (docs/data.md, "Record layouts")."""
 
 
@@ -175,8 +176,10 @@ class DatasetEntry(StrictModel):
     layout: LayoutName = "auto"
     """How a record holds its turns: ``messages`` (``{role, content}`` turns, transformers' chat format),
     ``sharegpt`` (``{from, value}`` turns: LLaVA, ShareGPT4V, LLaVA-OneVision-Data), ``pairs`` (``{user,
-    assistant}`` exchanges in ``texts``: The Cauldron), ``alpaca`` (``instruction`` / ``input`` / ``output`` and an
-    optional ``history``: LLaMA-Factory's default format) or ``auto`` (the one the file's first chat record uses)."""
+    assistant}`` exchanges in ``texts``: The Cauldron), ``prompt_completion`` (TRL's ``prompt`` and ``completion``,
+    lists of ``{role, content}`` turns or strings; only the completion is trained), ``alpaca`` (``instruction`` /
+    ``input`` / ``output`` and an optional ``history``: LLaMA-Factory's default format) or ``auto`` (the one the
+    file's first chat record uses)."""
     columns: RecordColumns = Field(default_factory=RecordColumns)
     """Record keys of the turns, images, videos and system prompt, where they are not the usual ones."""
     tags: RoleTags = Field(default_factory=RoleTags)
@@ -190,6 +193,13 @@ class DatasetEntry(StrictModel):
                 raise field_error(f"tags.{named[0]}", "layout pairs: an exchange's keys are tags.user_tag and "
                                   "tags.assistant_tag; tags.role_tag, content_tag and system_tag name the keys of "
                                   "{role, content} turns")
+        return self
+
+    @model_validator(mode="after")
+    def _prompt_completion_keys(self) -> DatasetEntry:
+        if self.layout == "prompt_completion" and self.columns.messages is not None:
+            raise field_error("columns.messages", "layout prompt_completion reads TRL's 'prompt' and 'completion' "
+                              "keys (rename the columns in the data)")
         return self
 
     @model_validator(mode="after")

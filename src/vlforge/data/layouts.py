@@ -1,6 +1,6 @@
 """Record layouts: which keys of a record hold its turns, their roles and contents, and its media.
 
-Four layouts are read; a dataset entry names one (``layout:``) or leaves ``auto``, and may rename keys and roles
+Five layouts are read; a dataset entry names one (``layout:``) or leaves ``auto``, and may rename keys and roles
 (``columns:``, ``tags:``, as LLaMA-Factory's ``dataset_info.json`` does):
 
 * ``messages``: turns ``{"role", "content"}`` (OpenAI / transformers chat format, LMMS Engine, LLaMA-Factory's
@@ -9,6 +9,8 @@ Four layouts are read; a dataset entry names one (``layout:``) or leaves ``auto`
   ``conversations`` list, roles ``human`` / ``gpt``;
 * ``pairs``: exchanges ``{"user", "assistant"}``, each a user turn and its reply, in a ``texts`` list (The Cauldron,
   HuggingFaceM4/the_cauldron, with its ``images`` column);
+* ``prompt_completion``: TRL's prompt-completion records, a ``prompt`` and its ``completion``, each a list of
+  ``{role, content}`` turns (conversational) or a string; only the completion is trained (TRL's default);
 * ``alpaca``: one exchange per record, ``instruction`` (+ ``input`` on a new line) and its ``output``, after the
   ``[instruction, reply]`` pairs of an optional ``history`` (LLaMA-Factory's default format, its ``images`` /
   ``videos`` columns, a ``system`` prompt).
@@ -43,6 +45,8 @@ AUDIO_KEYS = ("audios", "audio")
 TURN_KEYS = {"messages": ("role", "content"), "sharegpt": ("from", "value")}
 PAIR_KEYS = ("texts",)
 """Keys that hold ``{user, assistant}`` exchanges (layout ``pairs``) when ``columns.messages`` is not given."""
+PROMPT_COMPLETION = ("prompt", "completion")
+"""The keys of a ``prompt_completion`` record (TRL's column names)."""
 PAIR_TAGS = ("user", "assistant")
 """An exchange's keys in layout ``pairs`` (``tags.user_tag`` / ``tags.assistant_tag`` rename them)."""
 ROLE_NAMES = {"user": ("user", "human"), "assistant": ("assistant", "gpt", "model"), "system": ("system", "developer")}
@@ -93,6 +97,9 @@ class RecordFormat:
         if self.system != SYSTEM_KEY:
             extra.append(f"system prompt from {self.system}")
         tail = f"; {', '.join(extra)}" if extra else ""
+        if self.layout == "prompt_completion":
+            return (f"prompt_completion: {' and '.join(PROMPT_COMPLETION)} as {{{self.role_tag}, {self.content_tag}}} "
+                    f"turns or strings{tail} ({self.origin})")
         return f"{self.layout}: {self.messages} of {{{self.role_tag}, {self.content_tag}}}{tail} ({self.origin})"
 
     def expected(self) -> str:
@@ -100,6 +107,9 @@ class RecordFormat:
         if self.alpaca is not None:
             keys = self.alpaca
             return f"a string {keys.response!r} (and {keys.prompt!r} / {keys.query!r} strings) ({self.describe()})"
+        if self.layout == "prompt_completion":
+            return (f"{PROMPT_COMPLETION[0]!r} and {PROMPT_COMPLETION[1]!r}, each a string or a non-empty list of "
+                    f"{{{self.role_tag}, {self.content_tag}}} turns ({self.describe()})")
         items = "exchanges" if self.layout == "pairs" else "turns"
         return f"a non-empty {self.messages!r} list of {{{self.role_tag}, {self.content_tag}}} {items} ({self.describe()})"
 
@@ -145,6 +155,13 @@ def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, loc
     if layout == "alpaca" or (layout == "auto" and columns.alpaca_keys()):
         origin = "layout named in the dataset entry" if layout == "alpaca" else "alpaca keys named in the dataset entry"
         return _format(entry, "alpaca", alpaca.prompt, origin)
+    if layout == "prompt_completion" or (layout == "auto" and not columns.messages and _prompt_completion(record)
+                                         and not any(record.get(k) not in (None, "", []) for k in MESSAGE_KEYS)):
+        if not _prompt_completion(record):
+            fail(f"record needs {' and '.join(map(repr, PROMPT_COMPLETION))} (layout prompt_completion: TRL's "
+                 "prompt-completion records)")
+        origin = "layout named in the dataset entry" if layout == "prompt_completion" else f"detected from {location}"
+        return _format(entry, "prompt_completion", PROMPT_COMPLETION[0], origin)
     keys = (columns.messages,) if columns.messages else {"auto": MESSAGE_KEYS + PAIR_KEYS,
                                                          "pairs": PAIR_KEYS}.get(layout, MESSAGE_KEYS)
     key = next((k for k in keys if record.get(k) not in (None, "", [])), None)
@@ -160,7 +177,7 @@ def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, loc
         if layout == "auto":
             fail("record needs a non-empty 'messages' list of {role, content} turns, a 'conversations' list of "
                  "{from, value} turns (LLaVA / ShareGPT), a 'texts' list of {user, assistant} exchanges "
-                 "(The Cauldron) or 'instruction' and 'output' keys (alpaca)")
+                 "(The Cauldron), 'prompt' and 'completion' (TRL) or 'instruction' and 'output' keys (alpaca)")
         fail(f"record needs a non-empty {', '.join(map(repr, MESSAGE_KEYS))} list of turns (layout {layout})")
     turns = turns_of(record[key])
     if isinstance(turns, str):
@@ -201,6 +218,10 @@ def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> 
         user, assistant = tags.user_tag or PAIR_TAGS[0], tags.assistant_tag or PAIR_TAGS[1]
         return RecordFormat("pairs", key, user, assistant, {user: "user", assistant: "assistant"}, images, videos,
                             columns.system or SYSTEM_KEY, origin)
+    if layout == "prompt_completion":
+        role_tag, content_tag = tags.role_tag or TURN_KEYS["messages"][0], tags.content_tag or TURN_KEYS["messages"][1]
+        return RecordFormat(layout, key, role_tag, content_tag, _role_names(tags), images, videos,
+                            columns.system or SYSTEM_KEY, origin)
     if tags.role_tag is not None:
         role_tag, content_tag = tags.role_tag, tags.content_tag
         if layout == "auto":
@@ -210,6 +231,11 @@ def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> 
         role_tag, content_tag = TURN_KEYS[layout]
     return RecordFormat(layout, key, role_tag, content_tag, _role_names(tags), images, videos,
                         columns.system or SYSTEM_KEY, origin)
+
+
+def _prompt_completion(record: dict[str, Any]) -> bool:
+    """The record holds TRL's ``prompt`` and ``completion`` (neither null nor empty)."""
+    return all(record.get(key) not in (None, "", []) for key in PROMPT_COMPLETION)
 
 
 def _alpaca_keys(columns: RecordColumns) -> AlpacaKeys:

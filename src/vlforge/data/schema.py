@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vlforge.data.errors import SampleError
-from vlforge.data.layouts import RecordFormat, absent, audio_key, detect, pool, turns_of
+from vlforge.data.layouts import PROMPT_COMPLETION, RecordFormat, absent, audio_key, detect, pool, turns_of
 
 VIDEO_OPTION_KEYS = ("fps", "frame_num", "video_max_frames", "video_max_pixels", "video_min_pixels")
 IMAGE_OPTION_KEYS = ("min_pixels", "max_pixels")
@@ -56,6 +56,8 @@ _TOOL_ROLES = frozenset({"function_call", "observation", "tool", "function", "ip
 """Role names of tool-call turns (LLaMA-Factory's, OpenAI's, Llama's): refused with that reason."""
 _MEDIA_LIKE = re.compile(r"image|img|video|picture|photo|frame", re.IGNORECASE)
 """A record key that looks like media the placeholders were meant to take (``image_path``)."""
+_PLACEHOLDER_LAYOUTS = ("sharegpt", "alpaca", "messages", "prompt_completion")
+"""Layouts whose ``<image>`` / ``<video>`` in text are placeholders when the record has media (not The Cauldron's)."""
 _TEXT_TAGS_WARNED: set[str] = set()
 """Sources already warned that their media-less records read ``<image>`` / ``<video>`` as text."""
 logger = logging.getLogger(__name__)
@@ -295,6 +297,31 @@ def _alpaca_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> list[dict[
                                                                                              required=True)}]
 
 
+def _prompt_completion_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> list[dict[str, Any]]:
+    """A ``prompt_completion`` record as turns: the prompt's (a string is one user turn; an assistant turn in it is
+    context, never trained, as TRL trains the completion only), then the completion's (a string is one assistant
+    turn; every turn of it must be the assistant's)."""
+    names = {role: next(name for name, r in fmt.roles.items() if r == role) for role in ("user", "assistant")}
+
+    def side(key: str, role: str) -> list[dict[str, Any]]:
+        raw = record.get(key)
+        value = turns_of(raw)
+        if isinstance(raw, str) and not isinstance(value, list):
+            return [{fmt.role_tag: names[role], fmt.content_tag: raw}]
+        if not isinstance(value, list) or not value or not all(isinstance(t, dict) for t in value):
+            fail(f"{key!r} must be a string or a non-empty list of turns (objects); expected {fmt.expected()}")
+        return value
+
+    prompt = [{**turn, "weight": 0} if fmt.roles.get(turn.get(fmt.role_tag)) == "assistant" else turn
+              for turn in side(PROMPT_COMPLETION[0], "user")]
+    completion = side(PROMPT_COMPLETION[1], "assistant")
+    for i, turn in enumerate(completion):
+        name = turn.get(fmt.role_tag)
+        if fmt.roles.get(name) != "assistant":
+            fail(f"completion turn {i} has {fmt.role_tag} {name!r}: a completion holds the assistant's reply")
+    return prompt + completion
+
+
 def parse_conversation(record: dict[str, Any], source: str, location: str,
                        fmt: RecordFormat | None = None) -> Conversation:
     """Validate ``record`` read in ``fmt`` (None: the layout this record itself shows); raise :class:`SampleError`
@@ -307,6 +334,8 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
         fmt = detect(record, None, source, location)
     if fmt.alpaca is not None:
         turns = _alpaca_turns(record, fmt, fail)
+    elif fmt.layout == "prompt_completion":
+        turns = _prompt_completion_turns(record, fmt, fail)
     else:
         raw_turns = record.get(fmt.messages)
         turns = turns_of(raw_turns)
@@ -320,8 +349,8 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
     # without one they are text (LLaVA's text-only rows, transformers' messages that name media in parts); The
     # Cauldron's exchanges are text (its readers put the images first whatever the text says)
     has_media = any(not absent(record.get(k)) for k in (*fmt.images, *fmt.videos))
-    placeholders = has_media and fmt.layout in ("sharegpt", "alpaca", "messages")
-    tagged = not has_media and fmt.layout in ("sharegpt", "alpaca", "messages") and \
+    placeholders = has_media and fmt.layout in _PLACEHOLDER_LAYOUTS
+    tagged = not has_media and fmt.layout in _PLACEHOLDER_LAYOUTS and \
         any(_PLACEHOLDER.search(text) for text in _strings(turns))
     if tagged and (named := next((k for k in record if k != fmt.messages and _MEDIA_LIKE.search(str(k))), None)):
         fail(f"<image> / <video> in the text and no {'/'.join((*fmt.images, *fmt.videos))} key, but a {named!r} "
