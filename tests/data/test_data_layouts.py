@@ -141,6 +141,15 @@ def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
     ({"id": 3, "image": "a.png"}, "schema", "record needs a non-empty 'messages' list of {role, content} turns, a "
      "'conversations' list of {from, value} turns (LLaVA / ShareGPT), a 'texts' list of {user, assistant} exchanges "
      "(The Cauldron), 'prompt' and 'completion' (TRL) or 'instruction' and 'output' keys (alpaca)"),
+    ({"image_path": "red.png", "conversations": [{"from": "human", "value": "Colour?"}, {"from": "gpt", "value": "Red."}]},
+     "schema", "media in 'image_path', a key vlforge does not read (it reads images/image/videos/video): name it with "
+     "columns.images (or columns.videos) of the dataset entry; as it is, the record would train on its text alone"),
+    ({"img": [{"bytes": b"\x89PNG", "path": None}], "messages": [{"role": "user", "content": "Q"},
+                                                              {"role": "assistant", "content": "A"}]},
+     "schema", "media in 'img', a key vlforge does not read"),
+    ({"video_file": "clip.MP4", "images": [], "messages": [{"role": "user", "content": "Q"},
+                                                          {"role": "assistant", "content": "A"}]},
+     "schema", "media in 'video_file', a key vlforge does not read"),
     ({"prompt": "Hi", "completion": [{"role": "user", "content": "x"}]}, "schema",
      "completion turn 0 has role 'user': a completion holds the assistant's reply"),
     ({"prompt": [{"role": "user", "content": "Hi"}], "completion": 3}, "schema",
@@ -171,6 +180,21 @@ def test_records_that_fit_no_layout_fail_in_one_line(record, reason, detail):
         parse_conversation(record, "d.json", "item 4")
     assert info.value.reason == reason and detail in str(info.value), str(info.value)
     assert str(info.value).startswith(f"d.json:item 4: {reason}: ") and "\n" not in str(info.value)
+
+
+def test_media_like_keys_without_media_and_media_under_a_named_column_read(tmp_path):
+    """Metadata named like media (an id, a caption, a size) is no media; media under the entry's column is read."""
+    turns = [{"from": "human", "value": "Colour?"}, {"from": "gpt", "value": "Red."}]
+    for extra in ({"image_id": 7}, {"image_caption": "a red square"}, {"image_size": [64, 48]}, {"image": None}):
+        assert not parse_conversation({**extra, "conversations": turns}, "d.json", "item 1").media
+    entry = resolve_entry(DatasetEntry(path="d.json", columns={"images": "image_path"}), tmp_path)
+    record = {"image_path": "red.png", "conversations": turns}
+    conv = parse_conversation(record, "d.json", "item 1", detect(record, entry, "d.json", "item 1"))
+    assert [p.ref for p in conv.media] == ["red.png"]
+    with pytest.raises(SampleError, match="media in 'image', a key vlforge does not read \\(it reads imgs/"):
+        named = resolve_entry(DatasetEntry(path="d.json", columns={"images": "imgs"}), tmp_path)
+        other = {"image": "red.png", "conversations": turns}
+        parse_conversation(other, "d.json", "item 1", detect(other, named, "d.json", "item 1"))
 
 
 def test_trl_prompt_completion_trains_the_completion_only():

@@ -58,6 +58,9 @@ _MEDIA_LIKE = re.compile(r"image|img|video|picture|photo|frame", re.IGNORECASE)
 """A record key that looks like media the placeholders were meant to take (``image_path``)."""
 _PLACEHOLDER_LAYOUTS = ("sharegpt", "alpaca", "messages", "prompt_completion")
 """Layouts whose ``<image>`` / ``<video>`` in text are placeholders when the record has media (not The Cauldron's)."""
+_MEDIA_FILE = re.compile(r"^(data:(image|video)/|.*\.(png|jpe?g|webp|gif|bmp|tiff?|mp4|avi|mov|mkv|webm|flv)$)",
+                         re.IGNORECASE)
+"""A string that names an image or video file (by its suffix) or holds one (a ``data:`` URL)."""
 _TEXT_TAGS_WARNED: set[str] = set()
 """Sources already warned that their media-less records read ``<image>`` / ``<video>`` as text."""
 logger = logging.getLogger(__name__)
@@ -297,6 +300,26 @@ def _alpaca_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> list[dict[
                                                                                              required=True)}]
 
 
+def _media_value(value: Any) -> bool:
+    """``value`` is media as a record holds it: a media file name or ``data:`` URL, an ``{bytes, path}`` struct, or
+    a non-empty list of those."""
+    if isinstance(value, str):
+        return bool(_MEDIA_FILE.match(value.strip()))
+    if isinstance(value, dict):
+        return value.get("bytes") is not None or (isinstance(value.get("path"), str) and _media_value(value["path"]))
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(_media_value(item) for item in value)
+    return False
+
+
+def _stray_media(record: dict[str, Any], fmt: RecordFormat) -> str | None:
+    """A record key named like media (``image_path``, ``img``) that holds media, other than the keys ``fmt`` reads:
+    its images would be dropped without a word."""
+    read = {fmt.messages, *fmt.images, *fmt.videos}
+    return next((key for key, value in record.items()
+                 if key not in read and _MEDIA_LIKE.search(str(key)) and _media_value(value)), None)
+
+
 def _prompt_completion_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> list[dict[str, Any]]:
     """A ``prompt_completion`` record as turns: the prompt's (a string is one user turn; an assistant turn in it is
     context, never trained, as TRL trains the completion only), then the completion's (a string is one assistant
@@ -400,6 +423,10 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
         for part in message.parts:
             if isinstance(part, MediaPart):
                 _check_frames(part, fail)
+    if not any(isinstance(p, MediaPart) for m in out for p in m.parts) and (stray := _stray_media(record, fmt)):
+        fail(f"media in {stray!r}, a key vlforge does not read (it reads {'/'.join((*fmt.images, *fmt.videos))}): "
+             "name it with columns.images (or columns.videos) of the dataset entry; as it is, the record would train "
+             "on its text alone")
     if not any(m.role == "assistant" and m.trained for m in out):
         fail("no assistant message to train on: nothing to learn from", "no_labels")
     return Conversation(out, source, location)
