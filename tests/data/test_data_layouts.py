@@ -150,6 +150,15 @@ def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
     ({"video_file": "clip.MP4", "images": [], "messages": [{"role": "user", "content": "Q"},
                                                           {"role": "assistant", "content": "A"}]},
      "schema", "media in 'video_file', a key vlforge does not read"),
+    ({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A", "loss": "no"}]}, "schema",
+     "message 1 has loss 'no'; expected true, false or null"),
+    ({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A", "loss": False}]},
+     "no_labels", "no assistant message to train on"),
+    ({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A", "weight": 1, "loss": False}]},
+     "schema", "message 1 has weight 1 and loss False, which disagree"),
+    ({"messages": [{"role": "user", "content": "<image>Find <ref-object>"}, {"role": "assistant", "content": "<bbox>"}],
+      "images": ["a.png"], "objects": {"ref": ["sheep"], "bbox": [[1, 2, 3, 4]]}}, "schema",
+     "ms-swift grounding record: vlforge does not fill <ref-object> / <bbox> from 'objects'"),
     ({"prompt": "Hi", "completion": [{"role": "user", "content": "x"}]}, "schema",
      "completion turn 0 has role 'user': a completion holds the assistant's reply"),
     ({"prompt": [{"role": "user", "content": "Hi"}], "completion": 3}, "schema",
@@ -195,6 +204,17 @@ def test_media_like_keys_without_media_and_media_under_a_named_column_read(tmp_p
         named = resolve_entry(DatasetEntry(path="d.json", columns={"images": "imgs"}), tmp_path)
         other = {"image": "red.png", "conversations": turns}
         parse_conversation(other, "d.json", "item 1", detect(other, named, "d.json", "item 1"))
+
+
+def test_ms_swift_loss_false_keeps_a_reply_as_context():
+    """ms-swift's per-message ``loss`` (docs Custom-dataset.md): false shows the reply without training it."""
+    record = {"messages": [{"role": "user", "content": "<image>What is this"},
+                           {"role": "assistant", "content": "This is a rabbit", "loss": False},
+                           {"role": "user", "content": "Colour?"}, {"role": "assistant", "content": "Red.", "loss": True}],
+              "images": ["/abs/red.png"]}
+    conv = parse_conversation(record, "d.jsonl", "line 1")
+    assert [(m.role, m.trained) for m in conv.messages] == [("user", True), ("assistant", False), ("user", True),
+                                                             ("assistant", True)]
 
 
 def test_trl_prompt_completion_trains_the_completion_only():

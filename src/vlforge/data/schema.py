@@ -61,6 +61,8 @@ _PLACEHOLDER_LAYOUTS = ("sharegpt", "alpaca", "messages", "prompt_completion")
 _MEDIA_FILE = re.compile(r"^(data:(image|video)/|.*\.(png|jpe?g|webp|gif|bmp|tiff?|mp4|avi|mov|mkv|webm|flv)$)",
                          re.IGNORECASE)
 """A string that names an image or video file (by its suffix) or holds one (a ``data:`` URL)."""
+_GROUNDING_TAGS = re.compile(r"<(ref-object|bbox)>")
+"""ms-swift's grounding placeholders, filled from a record's ``objects``."""
 _TEXT_TAGS_WARNED: set[str] = set()
 """Sources already warned that their media-less records read ``<image>`` / ``<video>`` as text."""
 logger = logging.getLogger(__name__)
@@ -300,6 +302,20 @@ def _alpaca_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> list[dict[
                                                                                              required=True)}]
 
 
+def _trained(turn: dict[str, Any], i: int, fail) -> bool:
+    """Whether an assistant turn is trained: OpenAI's ``"weight": 0`` and ms-swift's ``"loss": false`` keep it as
+    context only; ``1`` / ``true`` / absent or null (parquet fills absent keys with null) train it."""
+    weight, loss = turn.get("weight"), turn.get("loss")
+    if weight is not None and (isinstance(weight, bool) or weight not in (0, 1)):
+        fail(f"message {i} has weight {weight!r}; expected 0 or 1 (OpenAI's: 0 shows the reply, not trained on)")
+    if loss is not None and not isinstance(loss, bool):
+        fail(f"message {i} has loss {loss!r}; expected true, false or null (ms-swift's: false shows the reply, not "
+             "trained on)")
+    if weight is not None and loss is not None and (weight == 1) != loss:
+        fail(f"message {i} has weight {weight!r} and loss {loss!r}, which disagree")
+    return weight != 0 and loss is not False
+
+
 def _media_value(value: Any) -> bool:
     """``value`` is media as a record holds it: a media file name or ``data:`` URL, an ``{bytes, path}`` struct, or
     a non-empty list of those."""
@@ -368,6 +384,9 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
             fail(f"record needs {fmt.expected()}")
     if (audio := audio_key(record)) is not None:
         fail(f"{audio!r}: audio is not supported (vlforge trains vision-language chats)")
+    if record.get("objects") is not None and any(_GROUNDING_TAGS.search(text) for text in _strings(turns)):
+        fail("ms-swift grounding record: vlforge does not fill <ref-object> / <bbox> from 'objects' (write the "
+             "references and boxes into the text)")
     # ``<image>`` / ``<video>`` in text are placeholders when the record has a media key (LLaVA's loader, LLaMA-Factory):
     # without one they are text (LLaVA's text-only rows, transformers' messages that name media in parts); The
     # Cauldron's exchanges are text (its readers put the images first whatever the text says)
@@ -405,11 +424,8 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
             fail(f"message {i} has {fmt.role_tag} {name!r}; expected one of {', '.join(fmt.roles)}{tool}")
         if fmt.content_tag not in raw:
             fail(f"message {i} has no {fmt.content_tag!r} key; expected {fmt.expected()}")
-        weight = 1 if raw.get("weight") is None else raw["weight"]  # parquet structs fill absent keys with null
-        if role == "assistant" and (isinstance(weight, bool) or weight not in (0, 1)):
-            fail(f"message {i} has weight {weight!r}; expected 0 or 1 (OpenAI's: 0 shows the reply, not trained on)")
         out.append(Message(role, _content(raw[fmt.content_tag], i, fail, placeholders=placeholders),
-                           trained=role != "assistant" or weight == 1))
+                           trained=role != "assistant" or _trained(raw, i, fail)))
     system = record.get(fmt.system) if fmt.system else None
     if system and out[0].role != "system":
         if not isinstance(system, str):
