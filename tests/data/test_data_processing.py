@@ -226,6 +226,15 @@ def test_qwen_vl_utils_per_item_keys_are_honoured_or_refused(make_processor, med
     qwens = _process(proc, chat([{"type": "video", "video": "clip.mp4", "nframes": 8, "max_pixels": 32 * 32}]),
                      media_dir)
     assert qwens.video_grid_thw.tolist() == ours.video_grid_thw.tolist() == [[4, 2, 2]]
+    # qwen-vl-utils' smart_nframes: fps or nframes, not both; nframes within the clip's frames (clip.mp4 has 16)
+    for part, detail in (({"type": "video", "video": "clip.mp4", "fps": 1.0, "nframes": 8},
+                          "video options fps and nframes / frame_num both given"),
+                         ({"type": "video", "video": "clip.mp4", "nframes": 64, "max_frames": 64},
+                          "video option nframes / frame_num: 64 frames of a clip of 16")):
+        with pytest.raises(SampleError, match=f"schema: {detail}"):
+            _process(proc, chat([part]), media_dir)
+    assert _process(proc, chat([{"type": "video", "video": "clip.mp4", "nframes": 16, "max_frames": 64}]),
+                    media_dir).video_grid_thw.tolist()[0][0] == 8
     for part, key in (({"type": "image", "image": "img0.png", "resized_height": 56}, "resized_height"),
                       ({"type": "video", "video": "clip.mp4", "video_start": 1.0}, "video_start")):
         with pytest.raises(SampleError, match=rf"schema: {part['type']} option {key!r} of qwen-vl-utils is not read"):

@@ -123,7 +123,7 @@ class QwenVLProcessor:
                 layouts.append(None)
                 continue
             video_settings = self._item_settings(part, conv)
-            video = decode_video(media, video_settings, **where)
+            video = decode_video(media, video_settings, item_frames=part.options.get("frame_num"), **where)
             tensors = process_video_frames(video.frames, video_settings)
             t, h, w = tensors["video_grid_thw"][0].tolist()
             per_frame = h * w // merge2

@@ -141,6 +141,9 @@ def _part(raw: Any, fail) -> TextPart | MediaPart:
         if base == "video":
             options = {QWEN_VIDEO_KEYS.get(k, k): raw[k]
                        for k in (*VIDEO_OPTION_KEYS, *QWEN_VIDEO_KEYS, *FRAME_LIST_KEYS) if k in raw}
+            if "fps" in options and "frame_num" in options:  # qwen-vl-utils asserts one or the other
+                fail(f"video options fps and {video_option_name('frame_num')} both given: give one (a rate or a "
+                     "count of frames)")
         else:
             options = {k: raw[k] for k in IMAGE_OPTION_KEYS if k in raw}
         part = MediaPart(base, _reference(raw, kind), options)

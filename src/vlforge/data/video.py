@@ -17,6 +17,7 @@ import numpy as np
 
 from vlforge.data.errors import SampleError
 from vlforge.data.media import FrameFiles, Media
+from vlforge.data.schema import video_option_name
 from vlforge.data.vision_settings import VisionSettings
 from vlforge.media.decode import DECODE_ERRORS, DecodedVideo, read_video
 
@@ -65,14 +66,13 @@ def frame_timestamps(indices: list[int], video_fps: float, temporal_patch_size: 
             for i in range(0, len(idx), temporal_patch_size)]
 
 
-def read_frame_files(files: FrameFiles, settings: VisionSettings, *, source: str, location: str,
-                     max_frames: int | None = None) -> DecodedVideo:
+def read_frame_files(files: FrameFiles, settings: VisionSettings, *, source: str, location: str) -> DecodedVideo:
     """A video given as frame images, as qwen-vl-utils reads one: every frame, the last repeated up to a multiple
     of ``temporal_patch_size``, frame ``i`` at ``i / rate`` seconds. More frames than ``video_max_frames`` are
     sampled evenly down to it (only those are read). Frames of different sizes are a ``corrupt_video``
     :class:`SampleError`."""
     tp, count = settings.temporal_patch_size, len(files)
-    cap = max(tp, (max_frames or settings.video_max_frames) // tp * tp)
+    cap = max(tp, settings.video_max_frames // tp * tp)
     if count > cap:
         indices = sample_frame_indices(count, files.rate, frame_num=cap, max_frames=cap, temporal_patch_size=tp)
         taken, total = indices, count
@@ -91,21 +91,25 @@ def read_frame_files(files: FrameFiles, settings: VisionSettings, *, source: str
 
 
 def decode_video(media: Media | FrameFiles, settings: VisionSettings, *, source: str, location: str,
-                 fps: float | None = None, frame_num: int | None = None, max_frames: int | None = None
-                 ) -> DecodedVideo:
+                 item_frames: int | None = None) -> DecodedVideo:
     """Sample and decode frames (seeking, see :mod:`vlforge.media.decode`); undecodable input is a
     ``corrupt_video`` :class:`SampleError`. Frame images (:class:`FrameFiles`) are read by
-    :func:`read_frame_files`."""
+    :func:`read_frame_files`. ``item_frames``: the frame count the video's own part asks for (qwen-vl-utils'
+    ``nframes``); more than the clip holds is a ``schema`` error, as qwen-vl-utils refuses it (the config's
+    ``frame_num`` repeats frames, as LMMS Engine does)."""
     if isinstance(media, FrameFiles):
-        return read_frame_files(media, settings, source=source, location=location, max_frames=max_frames)
-    by_num = settings.video_sampling_strategy == "frame_num" or frame_num is not None
+        return read_frame_files(media, settings, source=source, location=location)
+    by_num = settings.video_sampling_strategy == "frame_num"
 
     def pick(total: int, rate: float) -> list[int]:
+        tp = settings.temporal_patch_size
+        if item_frames is not None and max(tp, _round_to(item_frames, tp)) > total:
+            raise SampleError("schema", source, location, f"video option {video_option_name('frame_num')}: "
+                              f"{item_frames} frames of a clip of {total} (a video's own count must be at most its "
+                              "frames)")
         return sample_frame_indices(
-            total, rate, fps=None if by_num else (fps or settings.fps),
-            frame_num=(frame_num or settings.frame_num) if by_num else None,
-            min_frames=settings.video_min_frames, max_frames=max_frames or settings.video_max_frames,
-            temporal_patch_size=settings.temporal_patch_size)
+            total, rate, fps=None if by_num else settings.fps, frame_num=settings.frame_num if by_num else None,
+            min_frames=settings.video_min_frames, max_frames=settings.video_max_frames, temporal_patch_size=tp)
 
     try:
         return read_video(media.path if media.path is not None else media.open, pick, label=media.label)
