@@ -159,6 +159,10 @@ def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
     ({"messages": [{"role": "user", "content": "<image>Find <ref-object>"}, {"role": "assistant", "content": "<bbox>"}],
       "images": ["a.png"], "objects": {"ref": ["sheep"], "bbox": [[1, 2, 3, 4]]}}, "schema",
      "ms-swift grounding record: vlforge does not fill <ref-object> / <bbox> from 'objects'"),
+    ({"conversations": [{"from": "gpt", "value": "Welcome!"}, {"from": "human", "value": "Hi"},
+                        {"from": "gpt", "value": "Hello."}]}, "schema",
+     "message 0 is a reply before any user turn (LLaVA drops it, LLaMA-Factory skips the record): remove it, or keep "
+     "it as context with \"weight\": 0"),
     ({"prompt": "Hi", "completion": [{"role": "user", "content": "x"}]}, "schema",
      "completion turn 0 has role 'user': a completion holds the assistant's reply"),
     ({"prompt": [{"role": "user", "content": "Hi"}], "completion": 3}, "schema",
@@ -204,6 +208,14 @@ def test_media_like_keys_without_media_and_media_under_a_named_column_read(tmp_p
         named = resolve_entry(DatasetEntry(path="d.json", columns={"images": "imgs"}), tmp_path)
         other = {"image": "red.png", "conversations": turns}
         parse_conversation(other, "d.json", "item 1", detect(other, named, "d.json", "item 1"))
+
+
+def test_an_opening_reply_kept_as_context_is_read():
+    record = {"messages": [{"role": "system", "content": "S"}, {"role": "assistant", "content": "Welcome!", "weight": 0},
+                           {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    conv = parse_conversation(record, "d.jsonl", "line 1")
+    assert [(m.role, m.trained) for m in conv.messages] == [("system", True), ("assistant", False), ("user", True),
+                                                             ("assistant", True)]
 
 
 def test_ms_swift_loss_false_keeps_a_reply_as_context():

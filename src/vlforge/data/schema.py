@@ -442,6 +442,10 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
         for part in message.parts:
             if isinstance(part, MediaPart):
                 _check_frames(part, fail)
+    opening = next((i for i, m in enumerate(out) if m.role != "system"), None)
+    if opening is not None and out[opening].role == "assistant" and out[opening].trained:
+        fail(f"message {opening} is a reply before any user turn (LLaVA drops it, LLaMA-Factory skips the record): "
+             "remove it, or keep it as context with \"weight\": 0")
     if not any(isinstance(p, MediaPart) for m in out for p in m.parts) and (stray := _stray_media(record, fmt)):
         fail(f"media in {stray!r}, a key vlforge does not read (it reads {'/'.join((*fmt.images, *fmt.videos))}): "
              "name it with columns.images (or columns.videos) of the dataset entry; as it is, the record would train "
