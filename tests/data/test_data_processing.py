@@ -119,6 +119,10 @@ def test_text_only_positions_are_a_plain_range(make_processor, media_dir):
      "cannot decode image 'cat.png' (inline bytes): cannot identify image file (in memory)"),
     (chat([{"type": "video", "video": "broken.mp4"}]), "corrupt_video", "cannot decode video"),
     (chat([{"type": "video", "video": "missing.mp4"}]), "missing_file", "missing.mp4"),
+    ({"image": "", "conversations": [{"from": "human", "value": "<image>?"}, {"from": "gpt", "value": "x"}]}, "schema",
+     "an empty media reference"),
+    (chat([{"type": "video", "video": "."}]), "schema", "is a directory: give a file, or a video as the list of its "
+     "frame images"),
     (chat([{"type": "image", "image": "../outside.png"}]), "path_escape", "leaves data_folder"),
     (chat([{"type": "image_url", "image_url": {"url": "https://x.org/a.png"}}]), "remote_url", "no network"),
     (chat([{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@@"}}]), "schema", "base64"),

@@ -125,6 +125,8 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
                        "frames)")
     if not isinstance(ref, str):
         fail("schema", f"media reference must be a string, got {type(ref).__name__}")
+    if not ref.strip():
+        fail("schema", "an empty media reference")
     scheme = _SCHEME.match(ref)
     if scheme and scheme[1].lower() != "file":
         fail("remote_url", f"remote media {ref!r}: vlforge reads no network; download it and give "
@@ -145,6 +147,8 @@ def resolve_media(ref: Any, data_folder: str | Path, *, source: str, location: s
         if not allow_path_escape and not Path(os.path.normpath(path)).is_relative_to(os.path.normpath(root)):
             fail("path_escape", f"media path {ref!r} leaves data_folder {str(root)!r} "
                                 "(set allow_path_escape to permit)")
+    if path.is_dir():
+        fail("schema", f"media {str(path)!r} is a directory: give a file, or a video as the list of its frame images")
     if not path.is_file():
         fail("missing_file", f"media file {str(path)!r} not found")
     return Media(path, None, str(path))
