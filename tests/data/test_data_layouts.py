@@ -467,3 +467,24 @@ def test_tags_in_text_are_text_in_messages_without_a_media_list(caplog, monkeypa
                                           "columns\\.images"):  # a misnamed media key is not a text-only row
         parse_conversation({"image_path": "coco/1.jpg", "conversations": [
             {"from": "human", "value": "<image>\nWhat?"}, {"from": "gpt", "value": "x"}]}, "l.json", "item 4")
+
+
+def test_validate_json_carries_the_warnings_of_reading_the_data(tmp_path, monkeypatch):
+    """The data pipeline's warnings while validate reads the records (here LLaVA's rule for <video> in text)
+    reach `--json`, per file and in the report's warnings, not only stderr."""
+    from typer.testing import CliRunner
+
+    from vlforge.cli import app
+
+    monkeypatch.setattr("vlforge.data.schema._TEXT_TAGS_WARNED", set())
+    rows = [{"conversations": [{"from": "human", "value": "Autoplay a <video>?"}, {"from": "gpt", "value": "Yes."}]}]
+    write_jsonl(tmp_path / "l.jsonl", rows)
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({
+        "data": {"dataset_path": str(tmp_path / "l.jsonl")}, "model": {"load_from_pretrained_path": "tiny:qwen3_vl"},
+        "training": {"max_steps": 1}}))
+    done = CliRunner().invoke(app, ["validate", str(tmp_path / "run.yaml"), "--json"])
+    report = json.loads(done.stdout)
+    assert done.exit_code == 0, report
+    expected = (f"{tmp_path / 'l.jsonl'}: records without an images/image/videos/video key read <image> / <video> in "
+                "their text as text (LLaVA's rule; first: line 1)")
+    assert report["datasets"][0]["warnings"] == [expected] and expected in report["warnings"], report

@@ -20,7 +20,10 @@ Example:
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -167,6 +170,7 @@ class RecordCheck:
     read: int
     skipped: dict[str, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)  # the first failing records, ``FILE:line N: reason: detail``
+    warnings: list[str] = field(default_factory=list)  # what the data pipeline warned of while reading them
 
     @property
     def failed(self) -> int:
@@ -187,7 +191,25 @@ class RecordCheck:
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "layout": self.layout, "records": self.records, "read": self.read,
-                "failed": self.failed, "skipped": dict(sorted(self.skipped.items())), "examples": list(self.examples)}
+                "failed": self.failed, "skipped": dict(sorted(self.skipped.items())), "examples": list(self.examples),
+                "warnings": list(self.warnings)}
+
+
+@contextmanager
+def _warnings_logged(name: str) -> Iterator[list[str]]:
+    """The messages of the warnings logged under ``name`` inside the block (they are logged as well)."""
+    caught: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            caught.append(record.getMessage())
+
+    handler, logger = Keep(logging.WARNING), logging.getLogger(name)
+    logger.addHandler(handler)
+    try:
+        yield caught
+    finally:
+        logger.removeHandler(handler)
 
 
 def _run_settings(cfg: TrainConfig) -> VisionSettings | None:
@@ -220,16 +242,42 @@ def _check_options(part: MediaPart, settings: VisionSettings | None, raw: RawRec
         raise SampleError("schema", raw.source, raw.location, str(error)) from None
 
 
+def _read_head(source: Any, count: int, fmt: Any, entry: ResolvedEntry, settings: VisionSettings | None,
+               escape: bool) -> tuple[Any, list[str]]:
+    """The first ``count`` records of ``source`` read as training reads them (nothing decoded): a
+    :class:`~vlforge.data.errors.SkipLedger` of the failures and the first :data:`SHOWN_FAILURES` of them."""
+    from vlforge.data.errors import SampleError, SkipLedger
+    from vlforge.data.media import FrameFiles, resolve_item
+    from vlforge.data.schema import parse_conversation
+
+    ledger, examples = SkipLedger(), []
+    for raw in source.head(count):
+        ledger.seen += 1
+        try:
+            if raw.error is not None:
+                raise raw.error
+            conv = parse_conversation(raw.record, raw.source, raw.location, fmt)
+            for part in conv.media:
+                found = resolve_item(part.kind, part.ref, part.options, entry.data_folder, source=raw.source,
+                                     location=raw.location, allow_path_escape=escape)
+                for i in range(len(found) if isinstance(found, FrameFiles) else 0):
+                    found.frame(i)  # every frame of a frame list exists (training reads those it keeps)
+                _check_options(part, settings, raw)
+        except SampleError as error:
+            ledger.record(error)
+            if len(examples) < SHOWN_FAILURES:
+                examples.append(str(error))
+    return ledger, examples
+
+
 def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", limit: int = CHECK_RECORDS
                   ) -> tuple[list[RecordCheck], list[Problem]]:
     """Read the first ``limit`` records of every data file as training reads them (layout, turns, media references;
     nothing decoded); the files of one directory or pattern entry share ``limit``, at least :data:`SHARD_RECORDS`
     each. Problems: a failing record when ``data.on_error`` is ``raise`` (training would stop at it), or
     more failing records than ``data.max_skip_fraction`` allows when it is ``skip``."""
-    from vlforge.data.errors import SampleError, SkipLedger, limit_error, over_limit
+    from vlforge.data.errors import limit_error, over_limit
     from vlforge.data.layouts import file_format
-    from vlforge.data.media import FrameFiles, resolve_item
-    from vlforge.data.schema import parse_conversation
     from vlforge.data.sources import open_source
 
     found, _ = _entries(cfg, origin, Path(base_dir))
@@ -249,28 +297,13 @@ def record_checks(cfg: TrainConfig, origin: str, base_dir: str | Path = ".", lim
             checks.append(RecordCheck(named.shown, None, f"unreadable: {error}", 0, 0))
             problems.append(Problem(named.origin, None, named.key, str(error)))
             continue
-        ledger, examples = SkipLedger(), []
-        try:
-            for raw in source.head(per_file):
-                ledger.seen += 1
-                try:
-                    if raw.error is not None:
-                        raise raw.error
-                    conv = parse_conversation(raw.record, raw.source, raw.location, fmt)
-                    for part in conv.media:
-                        found = resolve_item(part.kind, part.ref, part.options, entry.data_folder,
-                                             source=raw.source, location=raw.location, allow_path_escape=escape)
-                        for i in range(len(found) if isinstance(found, FrameFiles) else 0):
-                            found.frame(i)  # every frame of a frame list exists (training reads those it keeps)
-                        _check_options(part, settings, raw)
-                except SampleError as error:
-                    ledger.record(error)
-                    if len(examples) < SHOWN_FAILURES:
-                        examples.append(str(error))
-        finally:
-            source.close()
+        with _warnings_logged("vlforge.data") as warned:
+            try:
+                ledger, examples = _read_head(source, per_file, fmt, entry, settings, escape)
+            finally:
+                source.close()
         checks.append(RecordCheck(named.shown, fmt.to_dict(), fmt.describe(), total, ledger.seen,
-                                  dict(ledger.counts), examples))
+                                  dict(ledger.counts), examples, warned))
         if not ledger.total:
             continue
         if cfg.data.on_error == "raise":

@@ -75,7 +75,8 @@ class ValidateReport:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: ``ok``, ``file``, ``datasets``, and ``layout``/``warnings``/``config`` or ``errors``."""
+        """JSON-ready: ``ok``, ``file``, ``datasets``, and ``layout``/``warnings``/``config`` or ``errors``; the
+        warnings are the config's and those the data pipeline gave reading each file (also in its ``datasets`` item)."""
         datasets = [check.to_dict() for check in self.datasets]
         if self.resolved is None:
             return {"ok": False, "file": self.file, "errors": dump_problems(self.problems), "datasets": datasets}
@@ -83,7 +84,7 @@ class ValidateReport:
             "ok": True,
             "file": self.file,
             "layout": self.resolved.layout,
-            "warnings": list(self.resolved.warnings),
+            "warnings": [*self.resolved.warnings, *(warning for check in self.datasets for warning in check.warnings)],
             "datasets": datasets,
             "config": self.resolved.config.model_dump(mode="json"),
         }
