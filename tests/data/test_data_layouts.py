@@ -229,6 +229,19 @@ def test_ms_swift_loss_false_keeps_a_reply_as_context():
                                                              ("assistant", True)]
 
 
+def test_pairs_with_one_placeholder_per_item_place_them_as_ms_swift_does(tmp_path):
+    """ms-swift's sharegpt records (``conversation`` of ``{human, assistant}``): `<image>` in the text is where the
+    image goes when the counts match; otherwise The Cauldron's rule (text, images first) holds."""
+    entry = resolve_entry(DatasetEntry(path="d.jsonl", layout="pairs", columns={"messages": "conversation"},
+                                       tags={"user_tag": "human", "assistant_tag": "assistant"}), tmp_path)
+    record = {"system": "Be brief.", "conversation": [{"human": "Look: <image>Colour?", "assistant": "Red."},
+                                                      {"human": "Sure?", "assistant": "Yes."}], "images": ["red.png"]}
+    conv = parse_conversation(record, "d.jsonl", "line 1", detect(record, entry, "d.jsonl", "line 1"))
+    assert _texts(conv)[:2] == [["Be brief."], ["Look: ", "[image]", "Colour?"]]
+    cauldron = {"texts": [{"user": "Is <image> a tag?", "assistant": "Yes."}], "images": ["a.png", "b.png"]}
+    assert _texts(parse_conversation(cauldron, "c.parquet", "row 1"))[0] == ["[image]", "[image]", "Is <image> a tag?"]
+
+
 def test_trl_prompt_completion_trains_the_completion_only():
     """TRL's prompt-completion records: a string or turns on either side; the prompt's replies are context."""
     conv = parse_conversation({"prompt": [{"role": "system", "content": "Be brief."},

@@ -319,6 +319,18 @@ def _trained(turn: dict[str, Any], i: int, fail) -> bool:
     return weight != 0 and loss is not False
 
 
+def _pair_placeholders(record: dict[str, Any], fmt: RecordFormat, turns: Any) -> bool:
+    """In layout ``pairs`` (The Cauldron: plain text, its images first) ``<image>`` / ``<video>`` are placeholders
+    only where their counts in the questions are the record's media counts (ms-swift's ``{human, assistant}``
+    exchanges)."""
+    if fmt.layout != "pairs":
+        return False
+    asked = [turn.get(fmt.role_tag) for turn in turns if isinstance(turn, dict)]  # the user side of each exchange
+    found = [m.group(1) for text in _strings(asked) for m in _PLACEHOLDER.finditer(text)]
+    return bool(found) and all(found.count(kind) == len(pool(record, keys)[1])
+                               for kind, keys in (("image", fmt.images), ("video", fmt.videos)))
+
+
 def _media_value(value: Any) -> bool:
     """``value`` is media as a record holds it: a media file name or ``data:`` URL, an ``{bytes, path}`` struct, or
     a non-empty list of those."""
@@ -394,7 +406,7 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
     # without one they are text (LLaVA's text-only rows, transformers' messages that name media in parts); The
     # Cauldron's exchanges are text (its readers put the images first whatever the text says)
     has_media = any(not absent(record.get(k)) for k in (*fmt.images, *fmt.videos))
-    placeholders = has_media and fmt.layout in _PLACEHOLDER_LAYOUTS
+    placeholders = has_media and (fmt.layout in _PLACEHOLDER_LAYOUTS or _pair_placeholders(record, fmt, turns))
     tagged = not has_media and fmt.layout in _PLACEHOLDER_LAYOUTS and \
         any(_PLACEHOLDER.search(text) for text in _strings(turns))
     if tagged and (named := next((k for k in record if k != fmt.messages and _MEDIA_LIKE.search(str(k))), None)):
@@ -413,7 +425,7 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
                 if not isinstance(raw.get(key), str):
                     got = "no" if raw.get(key) is None else f"a {type(raw[key]).__name__} as its"
                     fail(f"exchange {i} has {got} {key!r} text; expected {fmt.expected()}")
-                out.append(Message(role, [TextPart(raw[key])]))
+                out.append(Message(role, _content(raw[key], i, fail, placeholders=placeholders)))
             continue
         if fmt.alpaca is not None:  # built above as {role, content} turns
             out.append(Message(raw["role"], _content(raw["content"], i, fail, placeholders=placeholders)))
