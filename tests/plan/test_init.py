@@ -180,3 +180,29 @@ def test_videos_given_as_frames_are_said_to_keep_their_own_rate(data: Path, monk
     fps_line = next(line for line in text.splitlines() if line.strip().startswith("fps:"))
     assert "unused by the sampled videos: lists of frames" in fps_line, fps_line
     assert yaml.safe_load(text)["video"]["video_max_frames"] >= 6
+
+
+def test_data_folder_and_records_that_cannot_be_used(data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LLaVA's layout: the JSON here, its images under another folder (--data-folder); records the sample cannot use
+    are a warning (exit 1) that says the written on_error: raise would stop at the first."""
+    pics = data / "pics"
+    pics.mkdir(exist_ok=True)
+    Image.new("RGB", (64, 48), (9, 9, 9)).save(pics / "a.png")
+    rows = [{"image": "a.png", "conversations": [{"from": "human", "value": "<image>\nColour?"},
+                                                 {"from": "gpt", "value": "Dark grey."}]} for _ in range(3)]
+    rows.append({"image": "gone.png", "conversations": [{"from": "human", "value": "<image>\nAnd?"},
+                                                        {"from": "gpt", "value": "Nothing."}]})
+    (data / "llava.json").write_text(json.dumps(rows))
+    result = _init(data, monkeypatch, "--model", "tiny:qwen3_vl", "--data", "llava.json", "--data-folder", "pics",
+                   "--gpu-memory", "24GB", "--out", "llava.yaml")
+    assert result.exit_code == 1, result.output  # done, with a warning
+    output = " ".join(result.output.split())  # the console wraps long lines
+    assert "init: warning: 1 of the 4 sampled records cannot be used (first: " in output, output
+    assert "llava.json:item 4: missing_file: " in output and "set data.on_error: skip" in output, output
+    text = (data / "llava.yaml").read_text()
+    cfg = yaml.safe_load(text)
+    assert cfg["data"]["datasets"] == [{"path": "llava.json", "data_folder": "pics"}], cfg["data"]
+    assert "--data-folder pics" in text and "# WARNING: 1 of the 4 sampled records cannot be used" in text
+    assert check("llava.yaml").ok
+    bad = _init(data, monkeypatch, "--model", "tiny:qwen3_vl", "--data", "llava.json", "--data-folder", "nowhere")
+    assert isinstance(bad.exception, ConfigError) and str(bad.exception) == "--data-folder nowhere: not a directory"

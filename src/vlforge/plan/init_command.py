@@ -33,7 +33,8 @@ WRITER = "init"
 
 
 class InitFlags(StrictModel):
-    """``vlforge init --model M --data FILE [--gpus N] [--nodes N] [--gpu-memory 80GB] [--out CONFIG]``."""
+    """``vlforge init --model M --data FILE [--data-folder DIR] [--gpus N] [--nodes N] [--gpu-memory 80GB]
+    [--out CONFIG]``."""
 
     model: Annotated[str, Flag("--model", "-m")]
     """Model to fine-tune: a checkpoint directory, a tiny:/real: preset or a hub id already in the cache."""
@@ -46,6 +47,9 @@ class InitFlags(StrictModel):
     """Nodes."""
     gpu_memory: str | None = None
     """Memory of one GPU, e.g. 80GB or 24GiB (default: this machine's CUDA device, else 80GB)."""
+    data_folder: Path | None = None
+    """Folder the records' relative media paths start from (default: the data file's own; LLaVA's JSON beside
+    a coco/ folder elsewhere). Not with a dataset YAML: its entries name their own."""
     out: Path | None = None
     """Write the config here (a new file, or one vlforge init wrote); default: print it on stdout."""
     sample: int = Field(64, ge=1)
@@ -74,6 +78,11 @@ def check(run: InitRun) -> None:
     if flags.out is not None:
         check_output_file(flags.out, flag="--out")
     data = flags.data
+    if flags.data_folder is not None:
+        if data.suffix.lower() in DATASET_LIST_SUFFIXES:
+            raise ConfigError(f"--data-folder: {data} is a dataset YAML; its entries name their own data_folder")
+        if not flags.data_folder.is_dir():
+            raise ConfigError(f"--data-folder {flags.data_folder}: not a directory")
     if names_shards(data, str(data)):  # a directory or pattern of shards: the data files it names
         try:
             shard_files(Path(), str(data))
@@ -102,7 +111,8 @@ def init(run: InitRun) -> Starter:
     name = str(flags.out) if flags.out is not None else "CONFIG"
     starter = make_starter(flags.model, str(flags.data), gpus=flags.gpus, nodes=flags.nodes,
                            gpu_memory=run.gpu_memory, gpu_memory_text=flags.gpu_memory, sample=flags.sample,
-                           output_dir=output_dir_for(flags.out, str(flags.data)), config_name=name)
+                           output_dir=output_dir_for(flags.out, str(flags.data)), config_name=name,
+                           data_folder=str(flags.data_folder) if flags.data_folder is not None else None)
     with tempfile.TemporaryDirectory(prefix="vlforge-init-") as tmp:  # what vlforge validate will say of it
         probe = Path(tmp) / "config.yaml"
         probe.write_text(starter.text, encoding="utf-8")
@@ -116,12 +126,13 @@ def init(run: InitRun) -> Starter:
 
 def _summary(run: InitRun, starter: Starter) -> list[str]:
     from vlforge.memory.verdict import human
+    from vlforge.plan.starter import unusable_line
 
     survey, flags = starter.survey, run.flags
     lines = [f"init: {survey.usable} of {survey.sampled} sampled records usable ({survey.records:,} in the data); "
              f"{min(survey.lengths)} to {survey.longest} tokens, median {survey.median}"]
-    if survey.first_problem:
-        lines.append(f"init: skipped in the sample: {survey.first_problem}")
+    if survey.skipped:
+        lines.append(f"init: warning: {unusable_line(survey)}")
     word = "fits" if starter.fits else "does NOT fit"
     lines.append(f"init: {human(starter.peak)} peak per rank ({human(starter.data_peak)} with this data's lengths); "
                  f"{word} in {human(starter.budget)} usable of {human(starter.device_bytes)} ({starter.device_note})")
@@ -154,5 +165,6 @@ def to_json(starter: Starter) -> str:
 
 
 JOB: Job[InitRun, Starter] = Job(check=check, run=init, render=render, to_json=to_json,
-                                  exit_code=lambda starter: ExitCode.OK if starter.fits else ExitCode.WARNING)
+                                  exit_code=lambda starter: ExitCode.OK if starter.fits and not starter.survey.skipped
+                                  else ExitCode.WARNING)
 CLI = Cli(flags=InitFlags, job=JOB, to_options=from_flags)

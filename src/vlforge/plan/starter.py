@@ -88,16 +88,18 @@ def _round_up(value: int, multiple: int) -> int:
     return max(multiple, math.ceil(value / multiple) * multiple)
 
 
-def _data_section(data: str) -> dict[str, Any]:
+def _data_section(data: str, data_folder: str | None) -> dict[str, Any]:
     if PurePath(data).suffix.lower() in DATASET_LIST_SUFFIXES:
         return {"dataset_path": data, "dataset_format": "yaml"}
+    if data_folder is not None:  # an entry: the data file and the folder its media paths are relative to
+        return {"datasets": [{"path": data, "data_folder": data_folder}]}
     return {"dataset_path": data}
 
 
-def base_config(model: str, data: str, output_dir: str) -> dict[str, Any]:
+def base_config(model: str, data: str, output_dir: str, data_folder: str | None = None) -> dict[str, Any]:
     """The starting point of the search, before the data is seen: full fine-tuning in bf16, packed rows."""
     return {
-        "data": _data_section(data),
+        "data": _data_section(data, data_folder),
         "packing": {"packing": True, "packing_length": 4096, "filter_overlong": True},
         "model": {"load_from_pretrained_path": model, "gradient_checkpointing": False, "freeze_modules": []},
         "training": {"bf16": True, "learning_rate": FULL_LR, "lr_scheduler_type": "cosine", "warmup_ratio": 0.03,
@@ -181,14 +183,15 @@ def steps_per_epoch(cfg: TrainConfig, survey: DataSurvey, world: int) -> int:
 
 def make_starter(model: str, data: str, *, gpus: int = 1, nodes: int = 1, gpu_memory: int | None = None,
                  gpu_memory_text: str | None = None, output_dir: str | None = None, sample: int = 64,
-                 config_name: str = "CONFIG") -> Starter:
-    """Survey ``data``, size the config for ``model`` on ``gpus`` x ``nodes`` GPUs and render it."""
+                 config_name: str = "CONFIG", data_folder: str | None = None) -> Starter:
+    """Survey ``data`` (its media paths relative to ``data_folder``, default its own directory), size the config for
+    ``model`` on ``gpus`` x ``nodes`` GPUs and render it."""
     from vlforge.models.load import load_model_config
     from vlforge.plan.report import device_budget, make_plan
 
     world = gpus * nodes
     output_dir = output_dir or output_dir_for(None, data)
-    values = base_config(model, data, output_dir)
+    values = base_config(model, data, output_dir, data_folder)
     model_config = load_model_config(model)
     first = TrainConfig.model_validate(values)
     survey = survey_data(first, sample=sample, processor=pipeline_processor(first))
@@ -227,6 +230,13 @@ def _line(key: str, value: Any, comment: str = "", width: int = 34) -> str:
     return f"{text.ljust(width - 1)} # {comment}" if comment else text
 
 
+def unusable_line(survey: DataSurvey) -> str:
+    """What the sampled records that cannot be used mean for the run (``data.on_error: raise`` stops at the first)."""
+    return (f"{survey.sampled - survey.usable} of the {survey.sampled} sampled records cannot be used (first: "
+            f"{survey.first_problem}); with data.on_error: raise the run stops at the first such record: fix them, "
+            "or set data.on_error: skip (data.max_skip_fraction bounds the share)")
+
+
 def _fps_comment(survey: DataSurvey) -> str:
     """Why ``video.fps`` is there: it samples video files; a video given as frames keeps its own rate."""
     if not survey.frame_lists:
@@ -258,7 +268,9 @@ def render(starter: Starter, *, model: str, data: str, hardware: str, config_nam
                      f"{_hw(survey.largest_frame)}{lists})")
     skipped = ", ".join(f"{n} {reason}" for reason, n in sorted(survey.skipped.items()))
     head = [
-        f"# Starter config written by: vlforge init --model {shlex.quote(model)} --data {shlex.quote(data)} {hardware}",
+        f"# Starter config written by: vlforge init --model {shlex.quote(model)} --data {shlex.quote(data)}"
+        + (f" --data-folder {shlex.quote(cfg.data.datasets[0].data_folder)}" if cfg.data.datasets else "")
+        + f" {hardware}",
         f"# Check it:  vlforge validate {config_name}",
         f"#            {starter.plan_command}",
         f"#            {starter.data_plan_command}   # this data's lengths and shares",
@@ -273,6 +285,8 @@ def render(starter: Starter, *, model: str, data: str, hardware: str, config_nam
         "# Media: " + ("; ".join(media) if media else "no images or videos in the sample (text only)") + ".",
         f"# Memory: {peak_line}.",
     ]
+    if survey.skipped:
+        head.append(f"# WARNING: {unusable_line(survey)}.")
     if starter.steps:
         head.append("# Chosen by the plan, in this order: " + "; ".join(s.change for s in starter.steps) + ".")
     if not starter.fits:
@@ -284,6 +298,10 @@ def render(starter: Starter, *, model: str, data: str, hardware: str, config_nam
     if data_section.dataset_format:
         body.append(_line("dataset_path", data_section.dataset_path, "a dataset YAML: its files hold the records"))
         body.append(_line("dataset_format", data_section.dataset_format))
+    elif data_section.datasets:
+        entry = data_section.datasets[0]
+        body += ["  datasets:", _line("  - path", entry.path, "chat records (docs/data.md)"),
+                 _line("    data_folder", entry.data_folder, "relative media paths in the records start here")]
     else:
         body.append(_line("dataset_path", data_section.dataset_path, "chat records (docs/data.md)"))
     body.append(_line("on_error", data_section.on_error, "a bad record stops the run naming its line; "
