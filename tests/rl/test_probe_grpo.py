@@ -140,3 +140,13 @@ def test_probe_reads_image_prompts_as_verl_does(tiny_checkpoint, tmp_path) -> No
                              "--max-new-tokens", "4", "--json")
     report = json.loads(stdout)
     assert code == 3 and report["prompts"] == 1 and len(report["groups"][0]["rewards"]) == 2
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the device exists here")
+def test_a_cuda_device_this_torch_has_not_is_one_line(base, prompts) -> None:
+    own = f"{trl_reward_file('think_format_reward')}:think_format_reward"
+    code, _stdout, stderr = invoke("rl", "probe", "--model", base, "--prompts", prompts, "--reward", own, *PROBE,
+                                   "--device", "cuda")
+    lines = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert code == 2 and lines == ["error: --device cuda: CUDA is not available here"], stderr[-2000:]
+    assert "Traceback" not in stderr

@@ -145,3 +145,92 @@ def test_what_a_reward_reaches_through_blocks_registries_and_its_own_names(tmp_p
     assert _needed(tmp_path / "g.py", "compute_score") == [r"<b>.*</b>.*"]
     assert _needed(tmp_path / "g.py", "accuracy_reward") == []
     assert _needed(tmp_path / "g.py", "cut_by_offset") == []
+
+
+MESSAGES_AND_ESCAPES = r'''import logging
+import re
+
+logger = logging.getLogger(__name__)
+
+
+def boxed_only(data_source, solution_str, ground_truth, extra_info=None):
+    m = re.search(r"\\boxed\{(.*)\}", solution_str)
+    if m is None:
+        logger.debug("no boxed answer after </think> in %r", solution_str[-200:])
+        print(f"skipped: no </think> in {data_source}")
+        return 0.0
+    if m.group(1) == "":
+        raise ValueError("empty answer after <think>")
+    return float(m.group(1) == ground_truth)
+
+
+def escaped(data_source, solution_str, ground_truth, extra_info=None):
+    m = re.search(r"<\/think>\s*(.*)$", solution_str, re.S)
+    return 0.0 if m is None else float(m.group(1).strip() == ground_truth)
+'''
+
+
+def test_logged_printed_and_raised_strings_are_messages_and_an_escaped_slash_is_a_tag(tmp_path):
+    r"""A tag in a log line, a print or an exception message tests nothing; `<\/think>` (a common spelling in
+    reward regexes) is `</think>`."""
+    (tmp_path / "r.py").write_text(MESSAGES_AND_ESCAPES)
+    info = inspect_reward(tmp_path / "r.py", "boxed_only")
+    assert info.uses == ["message", "message", "message"] and info.needed == [], (info.patterns, info.uses)
+    assert _needed(tmp_path / "r.py", "escaped") == [r"<\/think>\s*(.*)$"]
+    from vlforge.rl.rewards import pattern_literals
+
+    assert pattern_literals(r"<\/think>\s*(.*)$") == ["</think>"]
+
+
+def test_reward_kwargs_the_function_cannot_take_are_refused(tmp_path):
+    """verl merges reward_kwargs into its call and EasyR1 binds them with partial: a name the function does not take
+    (and no **kwargs) is a TypeError at the first score."""
+    from vlforge.rl.rewards import call_problem
+
+    (tmp_path / "r.py").write_text(MESSAGES_AND_ESCAPES)
+    info = inspect_reward(tmp_path / "r.py", "escaped")
+    assert call_problem(info, "verl", keywords={"foo"}) == (
+        "verl passes the reward kwargs foo: escaped(data_source, solution_str, ground_truth, extra_info) cannot take "
+        "them (add **kwargs)")
+    assert call_problem(info, "verl", keywords={"extra_info"}) is None
+
+
+def test_a_function_defined_in_a_block_or_imported_is_read_where_it_is_defined(tmp_path):
+    """verl and EasyR1 take the module attribute: a function defined under try / if, or re-exported from another
+    module (relative, or on --reward-path), is read from its definition."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "scores.py").write_text(
+        "import re\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(bool(re.match(r'<think>.*</think>', solution_str)))\n")
+    (tmp_path / "pkg" / "entry.py").write_text("from .scores import compute_score\n")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "wrap.py").write_text("from pkg.scores import compute_score as score\n")
+    (tmp_path / "blocks.py").write_text(
+        "import re\ntry:\n    import math_verify\n    def compute_score(solution_str, **kw):\n"
+        "        return float('<answer>' in solution_str)\nexcept ImportError:\n"
+        "    def compute_score(solution_str, **kw):\n        return float(bool(re.search(r'<answer>.*</answer>', "
+        "solution_str)))\n")
+    relative = inspect_reward(tmp_path / "pkg" / "entry.py", "compute_score")
+    assert relative.file == tmp_path / "pkg" / "scores.py" and relative.needed == [("<think>.*</think>", True)]
+    assert inspect_reward(tmp_path / "elsewhere" / "wrap.py", "score", (tmp_path,)).file == relative.file
+    assert _needed(tmp_path / "blocks.py", "compute_score") == ["<answer>.*</answer>"]  # its last definition
+    from vlforge.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"'score' is imported from pkg.scores, whose file vlforge cannot find "
+                                          r"\(add its directory with --reward-path\)"):
+        inspect_reward(tmp_path / "elsewhere" / "wrap.py", "score")
+
+
+def test_a_reward_module_with_relative_imports_is_loaded_as_part_of_its_package(tmp_path):
+    """open-r1's rewards.py (`from .utils import ...`): imported by its dotted name, as TRL imports it."""
+    from vlforge.rl.rewards import load_scorer
+
+    pkg = tmp_path / "relpkg_vlforge_test"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "utils.py").write_text("BONUS = 0.5\n")
+    (pkg / "rewards.py").write_text("from .utils import BONUS\n\ndef fmt(completions, **kwargs):\n"
+                                    "    return [BONUS for _ in completions]\n")
+    scorer = load_scorer("trl", inspect_reward(pkg / "rewards.py", "fmt"))
+    assert scorer.fn(["a", "b"]) == [0.5, 0.5]

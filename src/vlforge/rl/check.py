@@ -121,7 +121,7 @@ def reward_patterns(spec: RunSpec) -> tuple[str, list[tuple[str, bool]]]:
     from vlforge.rl.rewards import inspect_reward
 
     assert spec.reward_file is not None and spec.reward_function is not None
-    info = inspect_reward(spec.reward_file, spec.reward_function)
+    info = inspect_reward(spec.reward_file, spec.reward_function, tuple(spec.reward_paths))
     return f"{spec.reward_file}:{spec.reward_function}", info.needed
 
 

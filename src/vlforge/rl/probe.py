@@ -257,6 +257,7 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
               device: str = "cpu", dtype: str = "float32", progress: bool = False) -> ProbeReport:
     """Load the model, sample, score, report."""
     from vlforge.models import load
+    from vlforge.models.load import resolve_device
     from vlforge.rl.check import required_tags, reward_patterns
     from vlforge.rl.engines import engine
     from vlforge.rl.prompts import read_prompts
@@ -264,6 +265,7 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
     from vlforge.vocab.tokenizer import added_tokens, load_tokenizer
 
     assert spec.prompts is not None
+    target = str(resolve_device(device))  # a CUDA device this torch has not: one line, before anything loads
     group = samples or spec.samples or engine(spec.engine).group_size
     notes: list[str] = []
     if group < 2:
@@ -279,10 +281,11 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
         score = regex_scorer(spec.format_regex)
     else:
         assert spec.reward_file is not None and spec.reward_function is not None
-        score = load_scorer(spec.engine, inspect_reward(spec.reward_file, spec.reward_function),
-                            kwargs=spec.reward_kwargs, extra_paths=spec.reward_paths, reward_type=spec.reward_type)
+        info = inspect_reward(spec.reward_file, spec.reward_function, tuple(spec.reward_paths))
+        score = load_scorer(spec.engine, info, kwargs=spec.reward_kwargs, extra_paths=spec.reward_paths,
+                            reward_type=spec.reward_type)
     started = time.perf_counter()
-    loaded = load(spec.model, dtype=dtype, device=device, processor=any(r.images for r in rows))
+    loaded = load(spec.model, dtype=dtype, device=target, processor=any(r.images for r in rows))
     tokenizer = load_tokenizer(spec.tokenizer) if spec.tokenizer is not None else loaded.tokenizer
     if tokenizer is None:
         raise ConfigError(f"{spec.model}: no tokenizer files; pass --tokenizer")

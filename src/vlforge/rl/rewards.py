@@ -43,7 +43,7 @@ class RewardInfo:
     """String constants that hold a tag (docstrings excluded), in source order: the function's own and those of
     the module-level helpers and constants it reaches (:func:`_reachable`), not the file's other functions'."""
     uses: list[str] = field(default_factory=list)
-    """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``literal`` or ``processing``."""
+    """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``literal``, ``processing`` or ``message``."""
     positional: int = 0
     """Parameters a positional argument can fill."""
     required: list[str] = field(default_factory=list)
@@ -55,7 +55,8 @@ class RewardInfo:
     @property
     def needed(self) -> list[tuple[str, bool]]:
         """``(text, is_regex)`` of the patterns a completion must match: not those the file only cuts text with."""
-        return [(text, use == "regex") for text, use in zip(self.patterns, self.uses, strict=True) if use != "processing"]
+        return [(text, use == "regex") for text, use in zip(self.patterns, self.uses, strict=True)
+                if use not in ("processing", "message")]
 
     @property
     def signature(self) -> str | None:
@@ -91,7 +92,10 @@ _TEXT_EDITS = frozenset({"split", "rsplit", "partition", "rpartition", "replace"
 _TEXT_SEARCHES = frozenset({"find", "rfind", "index", "rindex", "count"})
 """A test for the tag (``text.count("<think>") == 1``, ``find(...) != -1``), unless the result cuts the text (a
 slice bound: ``text[text.find("</think>") + 8:]``)."""
-_RANK = {"regex": 3, "literal": 2, "processing": 1}
+_MESSAGE_CALLS = frozenset({"print", "debug", "info", "warning", "warn", "error", "exception", "critical", "fatal",
+                            "log"})
+"""Calls whose string arguments are messages (``print``, ``logger.debug``, ``warnings.warn``), not tests."""
+_RANK = {"regex": 3, "literal": 2, "processing": 1, "message": 0}
 
 
 def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
@@ -110,6 +114,10 @@ def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
         return "literal"
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "len":
         return "processing"  # its length: an offset to cut at (``text[i + len("</think>"):]``)
+    if isinstance(parent, ast.Call) and node in parent.args and (
+            isinstance(parents.get(id(parent)), ast.Raise) or (parent.func.id if isinstance(parent.func, ast.Name)
+                                                               else getattr(parent.func, "attr", None)) in _MESSAGE_CALLS):
+        return "message"  # logged, printed or raised: says something, tests nothing
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and node in parent.args:
         name, owner = parent.func.attr, parent.func.value
         if isinstance(owner, ast.Name) and owner.id in ("re", "regex"):
@@ -167,6 +175,24 @@ def _module_bindings(tree: ast.Module) -> dict[str, list[ast.AST]]:
 
     visit(tree.body)
     return defined
+
+
+def _import_of(tree: ast.Module, name: str) -> tuple[ast.ImportFrom, str] | None:
+    """The last module-level ``from M import X [as name]`` binding ``name`` (in module-level blocks too), and ``X``."""
+    found: list[tuple[ast.ImportFrom, str]] = []
+
+    def visit(statements: list[ast.stmt]) -> None:
+        for node in statements:
+            if isinstance(node, ast.ImportFrom):
+                found.extend((node, alias.name) for alias in node.names if (alias.asname or alias.name) == name)
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                for key in ("body", "orelse", "finalbody"):
+                    visit(getattr(node, key, []))
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+
+    visit(tree.body)
+    return max(found, key=lambda item: item[0].lineno, default=None)
 
 
 def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
@@ -230,7 +256,8 @@ def _reachable(tree: ast.Module, start: ast.AST) -> set[int]:
 
 def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], within: set[int] | None = None) -> str:
     """``regex`` (a regular expression a match is tested with), ``literal`` (a plain-text test: ``in``, ``==``,
-    ``startswith``) or ``processing`` (text cut or replaced: ``split("</think>")``, ``re.sub``). A constant bound to
+    ``startswith``), ``processing`` (text cut or replaced: ``split("</think>")``, ``re.sub``) or ``message`` (logged,
+    printed or raised). A constant bound to
     a name takes its strongest use among that name's uses (those ``within`` the nodes given, when given); a use the
     file does not show counts as ``regex``."""
     use = _use_at(node, parents)
@@ -247,8 +274,26 @@ def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], 
     return "regex"
 
 
-def inspect_reward(file: Path, function: str) -> RewardInfo:
-    """Parse ``file`` and describe ``function``; a missing file, a syntax error or a missing function is one line."""
+def _imported_from(node: ast.ImportFrom, file: Path, search: tuple[Path, ...]) -> Path | None:
+    """The file of the module ``node`` imports from (``from .utils import f`` beside ``file``; ``from pkg.mod import
+    f`` in ``file``'s directory, ``search`` or ``sys.path``), or None."""
+    parts = (node.module or "").split(".") if node.module else []
+    if node.level:
+        bases = [file.parent.parents[node.level - 2] if node.level > 1 else file.parent]
+    else:
+        bases = [file.parent, *search, *(Path(p) for p in sys.path if p)]
+    for base in bases:
+        stem = base.joinpath(*parts) if parts else base
+        for candidate in (stem.with_suffix(".py") if parts else None, stem / "__init__.py"):
+            if candidate is not None and candidate.is_file():
+                return candidate
+    return None
+
+
+def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *, _depth: int = 0) -> RewardInfo:
+    """Parse ``file`` and describe ``function``; a missing file, a syntax error or a missing function is one line.
+    A function the file imports (``from .scores import compute_score``, as verl and EasyR1 accept it) is read from
+    the module it comes from (found beside ``file``, on ``search`` or ``sys.path``)."""
     if file.is_dir():
         raise ConfigError(f"--reward {file}: is a directory, not a Python file")
     if not file.is_file():
@@ -259,11 +304,21 @@ def inspect_reward(file: Path, function: str) -> RewardInfo:
         raise ConfigError(f"--reward {file}:{error.lineno}: not valid Python ({error.msg})") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"--reward {file}: cannot read ({error})") from None
-    found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function]
-    assigned = [n for n in tree.body if isinstance(n, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == function for t in n.targets)]
+    bindings = _module_bindings(tree).get(function, [])  # also inside a module-level try / if
+    imported = _import_of(tree, function)
+    if imported is not None and (not bindings or imported[0].lineno > bindings[-1].lineno):
+        node, original = imported
+        source = _imported_from(node, file, search)
+        if source is None or _depth > 8:
+            module = "." * node.level + (node.module or "")
+            raise ConfigError(f"--reward {file}: {function!r} is imported from {module}, whose file vlforge cannot "
+                              "find (add its directory with --reward-path)")
+        return inspect_reward(source, original, search, _depth=_depth + 1)
+    found = [n for n in bindings if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assigned = [n for n in bindings if isinstance(n, ast.Assign)]
     if not found and not assigned:
-        names = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        names = [key for key, nodes in _module_bindings(tree).items()
+                 if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in nodes)]
         from vlforge.errors import did_you_mean
 
         raise ConfigError(f"--reward {file}: no function {function!r}{did_you_mean(function, names)} "
@@ -287,7 +342,7 @@ def inspect_reward(file: Path, function: str) -> RewardInfo:
     patterns, spans, uses = [], [], []
     for node in ast.walk(tree):
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
-                and id(node) in within and TAG_RE.search(node.value)):
+                and id(node) in within and TAG_RE.search(node.value.replace("\\/", "/"))):  # r"<\/think>" too
             patterns.append(node.value)
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
             uses.append(pattern_use(node, tree, parents, within))
@@ -311,6 +366,9 @@ def call_problem(info: RewardInfo, engine: str, *, keywords: set[str], verl_posi
     if info.signature is not None and info.signature != engine:
         return f"{shown} is {info.signature}'s reward signature, not {engine}'s: pass --engine {info.signature}"
     unfilled = [name for name in info.required if name not in keywords]
+    unknown = sorted(keywords - set(info.params)) if not info.var_keyword else []
+    if unknown:  # verl merges reward_kwargs into its call, EasyR1 binds them with functools.partial: a TypeError
+        return f"{engine} passes the reward kwargs {', '.join(unknown)}: {shown} cannot take them (add **kwargs)"
 
     def positional(count: int, call: str) -> str | None:
         if not info.var_positional and info.positional < count:
@@ -380,6 +438,20 @@ def resolve_module_function(ref: str, search: list[Path]) -> tuple[Path, str]:
                       "--reward-path or sys.path")
 
 
+def _package_name(file: Path) -> str | None:
+    """``pkg.sub.mod`` for a file inside a package (directories with ``__init__.py``), its top package's parent
+    put on ``sys.path``; None for a file outside one."""
+    top = file.resolve().parent
+    if not (top / "__init__.py").is_file():
+        return None
+    while (top.parent / "__init__.py").is_file():
+        top = top.parent
+    parts = file.resolve().relative_to(top.parent).with_suffix("").parts
+    if str(top.parent) not in sys.path:
+        sys.path.append(str(top.parent))
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def _load_function(file: Path, function: str, extra_paths: list[Path]) -> tuple[Callable, Any]:
     for path in extra_paths:
         if str(path) not in sys.path:
@@ -394,8 +466,14 @@ def _load_function(file: Path, function: str, extra_paths: list[Path]) -> tuple[
         spec.loader.exec_module(module)
     except Exception as error:  # the user's module: any import or runtime error is theirs to read
         sys.modules.pop(name, None)
-        raise ConfigError(f"--reward {file}: importing it failed ({type(error).__name__}: {error}); "
-                          "add the directories its imports need with --reward-path") from None
+        package = _package_name(file) if isinstance(error, ImportError) else None
+        try:  # relative imports: the module of its package, imported by its dotted name as TRL imports it
+            module = importlib.import_module(package) if package is not None else None
+        except Exception:  # the first error is the one to report
+            module = None
+        if module is None:
+            raise ConfigError(f"--reward {file}: importing it failed ({type(error).__name__}: {error}); "
+                              "add the directories its imports need with --reward-path") from None
     fn = getattr(module, function, None)
     if not callable(fn):
         raise ConfigError(f"--reward {file}: {function!r} is not a function")

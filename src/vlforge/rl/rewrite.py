@@ -126,9 +126,9 @@ def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: st
             written[str(path)] = change
         else:
             assert spec.reward_file is not None and spec.reward_function is not None
-            info = inspect_reward(spec.reward_file, spec.reward_function)
-            path = out / spec.reward_file.name
-            text, manual = rewrite_reward_file(spec.reward_file.read_text(), info.spans, info.uses, mapping, optional)
+            info = inspect_reward(spec.reward_file, spec.reward_function, tuple(spec.reward_paths))
+            path = out / info.file.name  # the file that defines the function (it may be imported by the one named)
+            text, manual = rewrite_reward_file(info.file.read_text(), info.spans, info.uses, mapping, optional)
             atomic_write_text(path, text, writer="rl check")
             written[str(path)] = change + "".join(
                 f"; line {line}: a plain-text test of a pre-filled tag (startswith, in, ==): edit it by hand, no "

@@ -110,7 +110,7 @@ def _format_reward(refs: list[str], origin: str, search: list[Path]) -> tuple[Pa
     found = [(ref, *resolve_module_function(ref, search)) for ref in refs]
     if len(found) == 1:
         return found[0][1], found[0][2], origin
-    tagged = [item for item in found if inspect_reward(item[1], item[2]).needed]
+    tagged = [item for item in found if inspect_reward(item[1], item[2], tuple(search)).needed]
     if len(tagged) > 1:
         names = ", ".join(ref for ref, _file, _function in tagged)
         raise ConfigError(f"{origin}: {len(tagged)} of its functions name tags ({names}); vlforge checks one at a "
@@ -181,7 +181,7 @@ def resolve(request: RunRequest) -> RunSpec:
     info = None
     if found.get("reward_file") is not None:
         with _named_by(sources, "reward_file", "--reward"):
-            info = inspect_reward(Path(found["reward_file"]), found["reward_function"])
+            info = inspect_reward(Path(found["reward_file"]), found["reward_function"], tuple(request.reward_paths))
         if name is None:
             name = info.signature
             if name is None:
