@@ -22,7 +22,7 @@ import importlib.util
 import inspect
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -153,45 +153,37 @@ def _in_slice(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
     return False
 
 
+def _module_statements(statements: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The module-level statements, also those inside module-level ``if`` / ``try`` / ``with`` / ``for`` blocks
+    (``try: FMT = re.compile(...)``), not inside functions or classes."""
+    for node in statements:
+        yield node
+        if isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            for key in ("body", "orelse", "finalbody"):
+                yield from _module_statements(getattr(node, key, []))
+            for handler in getattr(node, "handlers", []):
+                yield from _module_statements(handler.body)
+
+
 def _module_bindings(tree: ast.Module) -> dict[str, list[ast.AST]]:
-    """The statements that bind each module-level name: functions, classes and assignments at the top level, also
-    inside module-level ``if`` / ``try`` / ``with`` / ``for`` blocks (``try: FMT = re.compile(...)``)."""
+    """The statements that bind each module-level name: functions, classes and assignments
+    (:func:`_module_statements`)."""
     defined: dict[str, list[ast.AST]] = {}
-
-    def visit(statements: list[ast.stmt]) -> None:
-        for node in statements:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                defined.setdefault(node.name, []).append(node)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
-                    for name in ast.walk(target):
-                        if isinstance(name, ast.Name):
-                            defined.setdefault(name.id, []).append(node)
-            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
-                for key in ("body", "orelse", "finalbody"):
-                    visit(getattr(node, key, []))
-                for handler in getattr(node, "handlers", []):
-                    visit(handler.body)
-
-    visit(tree.body)
+    for node in _module_statements(tree.body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.setdefault(node.name, []).append(node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        defined.setdefault(name.id, []).append(node)
     return defined
 
 
 def _import_of(tree: ast.Module, name: str) -> tuple[ast.ImportFrom, str] | None:
     """The last module-level ``from M import X [as name]`` binding ``name`` (in module-level blocks too), and ``X``."""
-    found: list[tuple[ast.ImportFrom, str]] = []
-
-    def visit(statements: list[ast.stmt]) -> None:
-        for node in statements:
-            if isinstance(node, ast.ImportFrom):
-                found.extend((node, alias.name) for alias in node.names if (alias.asname or alias.name) == name)
-            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
-                for key in ("body", "orelse", "finalbody"):
-                    visit(getattr(node, key, []))
-                for handler in getattr(node, "handlers", []):
-                    visit(handler.body)
-
-    visit(tree.body)
+    found = [(node, alias.name) for node in _module_statements(tree.body) if isinstance(node, ast.ImportFrom)
+             for alias in node.names if (alias.asname or alias.name) == name]
     return max(found, key=lambda item: item[0].lineno, default=None)
 
 
