@@ -234,3 +234,13 @@ def test_a_reward_module_with_relative_imports_is_loaded_as_part_of_its_package(
                                     "    return [BONUS for _ in completions]\n")
     scorer = load_scorer("trl", inspect_reward(pkg / "rewards.py", "fmt"))
     assert scorer.fn(["a", "b"]) == [0.5, 0.5]
+
+
+def test_a_reward_regex_that_does_not_compile_is_bad_input(tmp_path):
+    """The engine would raise at its first score; --format-regex is refused the same way."""
+    from vlforge.errors import ConfigError
+
+    (tmp_path / "r.py").write_text("import re\n\ndef f(completions, **kwargs):\n"
+                                   "    return [float(bool(re.search(r'(<think>.*</think>', c))) for c in completions]\n")
+    with pytest.raises(ConfigError, match=r"r\.py:4: the regex '\(<think>\.\*</think>' does not compile \(missing \)"):
+        inspect_reward(tmp_path / "r.py", "f")

@@ -21,6 +21,7 @@ import ast
 import importlib.util
 import inspect
 import math
+import re
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -246,12 +247,13 @@ def _reachable(tree: ast.Module, start: ast.AST) -> set[int]:
     return seen
 
 
-def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], within: set[int] | None = None) -> str:
+def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], within: set[int] | None = None,
+                *, shown_only: bool = False) -> str | None:
     """``regex`` (a regular expression a match is tested with), ``literal`` (a plain-text test: ``in``, ``==``,
     ``startswith``), ``processing`` (text cut or replaced: ``split("</think>")``, ``re.sub``) or ``message`` (logged,
     printed or raised). A constant bound to
     a name takes its strongest use among that name's uses (those ``within`` the nodes given, when given); a use the
-    file does not show counts as ``regex``."""
+    file does not show counts as ``regex`` (None with ``shown_only``)."""
     use = _use_at(node, parents)
     if use is not None:
         return use
@@ -263,7 +265,7 @@ def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], 
         known = [u for u in uses if u is not None]
         if known and len(known) == len(uses):
             return max(known, key=_RANK.__getitem__)
-    return "regex"
+    return None if shown_only else "regex"
 
 
 def _imported_from(node: ast.ImportFrom, file: Path, search: tuple[Path, ...]) -> Path | None:
@@ -337,7 +339,13 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *, 
                 and id(node) in within and TAG_RE.search(node.value.replace("\\/", "/"))):  # r"<\/think>" too
             patterns.append(node.value)
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
-            uses.append(pattern_use(node, tree, parents, within))
+            uses.append(pattern_use(node, tree, parents, within) or "regex")
+            if pattern_use(node, tree, parents, within, shown_only=True) == "regex":
+                try:  # the engine would raise at its first score
+                    re.compile(node.value)
+                except re.error as error:
+                    raise ConfigError(f"--reward {file}:{node.lineno}: the regex {node.value!r} does not compile "
+                                      f"({error})") from None
     order = sorted(range(len(patterns)), key=lambda i: spans[i])
     return RewardInfo(file=file, function=function, params=params, var_keyword=var_keyword, positional=positional,
                       required=required, var_positional=var_positional,
