@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -170,6 +171,26 @@ def test_prefill_rewrite_makes_the_opening_tag_optional(tiny_checkpoint, r1_temp
     code, stdout, _ = invoke("rl", "check", "--model", model, "--format-regex", regex, "--template", r1_template,
                              "--json")
     assert code == 0, stdout
+
+
+@pytest.mark.parametrize(("variables", "completion"), [
+    ([], "2+2 is 4.\n</think>\n<answer>\n4\n</answer>"),  # the R1 template pre-fills "<think>\n"
+    (["--template-var", "enable_thinking=false"], "<answer>\n4\n</answer>"),  # and the whole think block after it
+], ids=["r1-prefill", "thinking-off"])
+def test_the_rewrite_makes_what_the_prefill_wrote_optional_whitespace_included(tiny_checkpoint, r1_template, tmp_path,
+                                                                                variables, completion) -> None:
+    """open-r1's format_reward regex: making `<think>` alone optional leaves the `\\n` the pre-fill also wrote
+    required, and no completion matches; the span the pre-fill covers is made optional instead."""
+    model = tiny_checkpoint("qwen3_vl")
+    regex = r"^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$"
+    template = [] if variables else ["--template", r1_template]
+    code, stdout, _ = invoke("rl", "check", "--model", model, "--format-regex", regex, *template, *variables,
+                             "--rewrite-out", tmp_path / "fix", "--json")
+    report = json.loads(stdout)
+    assert code == 3 and set(_problems(report)) == {"prefilled"}, report
+    fixed = (tmp_path / "fix" / "format_regex.txt").read_text().strip()
+    assert re.match(fixed, completion, re.S | re.M), (fixed, report["prefill"])
+    assert not re.match(fixed, "4", re.S | re.M)  # the format is still required after the pre-fill
 
 
 EASYR1_REWARD = '''import re

@@ -270,7 +270,8 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
         report.rewrites = write_rewrites(
             rewrite_out, spec, tok_dir=Path(tok_dir), template_text=template_text,
             mapping={k: v for k, v in mapping.items() if k in untrained + template_untrained},
-            optional=optional if record.reward_sees == "completion" else [], non_special=stripped)
+            optional=optional if record.reward_sees == "completion" else [], non_special=stripped,
+            prefill=probe.prefill)
         asking = _prompts_asking_for(spec, [k for k in mapping if k in untrained + template_untrained])
         if report.rewrites and asking:
             report.notes.append(asking)

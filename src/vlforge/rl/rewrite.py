@@ -3,8 +3,9 @@
 - tags whose rows are untrained -> the checked trained alternatives of the token audit (``<think>`` ->
   ``<thinking>``), in the reward file's regexes (or the ``--format-regex``), the chat template and the format
   prompt, together (the prompt must ask for the tags the reward checks);
-- a tag the template pre-fills -> optional at its first place in the reward's regexes (``^<think>`` ->
-  ``^(?:<think>)?``), so the completion after the pre-fill can match; a plain-text test of it
+- what the template pre-fills -> optional in the reward's regexes, from its first tag to its last and the
+  whitespace it writes after (``^<think>\\n`` -> ``^(?:<think>\\n)?``), so the completion after the pre-fill can
+  match; a plain-text test of it
   (``c.startswith("<think>")``) is listed for an edit by hand;
 - a special tag the engine's decode strips -> a copy of the tokenizer files with that added token non-special.
 
@@ -14,11 +15,14 @@ rest of the file is copied as it is. ``DIR/rewrite.json`` lists each file and wh
 Example:
     >>> optional_first("^<think>(?!.*<think>)(.*?)</think>", "<think>")
     '^(?:<think>)?(?!.*<think>)(.*?)</think>'
+    >>> optional_prefill(r"^<think>\\n.*?\\n</think>\\n<answer>", ["<think>"], "<think>\\n")
+    '^(?:<think>\\\\n)?.*?\\\\n</think>\\\\n<answer>'
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from vlforge.errors import ConfigError
@@ -38,10 +42,56 @@ def optional_first(pattern: str, tag: str) -> str:
     return pattern[:at] + f"(?:{tag})?" + pattern[at + len(tag):]
 
 
-def _edit_pattern(text: str, mapping: dict[str, str], optional: list[str]) -> str:
+_SPACE_TOKEN = re.compile(r"(?:\\[nrst]|\\r\\n| |\n)(?:[*+?]|\{\d*,?\d*\})?\??")
+"""One whitespace item of a regex source (``\\n``, ``\\s*``, a space), with its quantifier."""
+
+
+def _self_contained(span: str) -> bool:
+    """``span`` of a regex source can be wrapped in ``(?:...)?``: balanced parentheses, no ``|`` outside them."""
+    depth, escaped = 0, False
+    for char in span:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth < 0:
+                return False
+        elif char == "|" and depth == 0:
+            return False
+    return depth == 0
+
+
+def optional_prefill(pattern: str, tags: list[str], prefill: str) -> str:
+    """``pattern`` with what the pre-fill writes made optional, so the completion after it can match: from the
+    first pre-filled tag to the last, and the whitespace after it when the pre-fill ends with whitespace
+    (``^<think>\\n.*`` with the pre-fill ``<think>\\n`` -> ``^(?:<think>\\n)?.*``; Qwen3's ``<think>\\n\\n</think>\\n\\n``
+    -> the whole think block). Each tag alone at its first place where that span does not stand as one group."""
+    ordered = sorted((t for t in tags if t in prefill), key=prefill.find)
+    start = pattern.find(ordered[0]) if ordered else -1
+    last = pattern.find(ordered[-1], start) if start >= 0 else -1
+    if last < 0:
+        for tag in tags:
+            pattern = optional_first(pattern, tag)
+        return pattern
+    end = last + len(ordered[-1])
+    if prefill[prefill.rfind(ordered[-1]) + len(ordered[-1]):].isspace():
+        while match := _SPACE_TOKEN.match(pattern, end):
+            end = match.end()
+    if not _self_contained(pattern[start:end]):
+        for tag in tags:
+            pattern = optional_first(pattern, tag)
+        return pattern
+    return pattern[:start] + f"(?:{pattern[start:end]})?" + pattern[end:]
+
+
+def _edit_pattern(text: str, mapping: dict[str, str], optional: list[str], prefill: str = "") -> str:
     text = rewrite(text, mapping)
-    for tag in optional:
-        text = optional_first(text, mapping.get(tag, tag))
+    if optional:
+        text = optional_prefill(text, [mapping.get(tag, tag) for tag in optional], rewrite(prefill, mapping))
     return text
 
 
@@ -52,7 +102,7 @@ def _offset(lines: list[str], line: int, column: int) -> int:
 
 
 def rewrite_reward_file(source: str, spans: list[tuple[int, int, int, int]], uses: list[str],
-                        mapping: dict[str, str], optional: list[str]) -> tuple[str, list[int]]:
+                        mapping: dict[str, str], optional: list[str], prefill: str = "") -> tuple[str, list[int]]:
     """The reward file with only its pattern constants (``spans`` and ``uses`` from
     :func:`~vlforge.rl.rewards.inspect_reward`) rewritten: renamed tags everywhere, a pre-filled tag made optional
     in regexes only (regex syntax in a plain-text test would never match). Also returns the lines of plain-text
@@ -65,7 +115,7 @@ def rewrite_reward_file(source: str, spans: list[tuple[int, int, int, int]], use
         text = out[start:end]
         if use == "literal" and any(tag in text for tag in optional):
             manual.append(line)
-        out = out[:start] + _edit_pattern(text, mapping, optional if use == "regex" else []) + out[end:]
+        out = out[:start] + _edit_pattern(text, mapping, optional if use == "regex" else [], prefill) + out[end:]
     return out, sorted(manual)
 
 
@@ -106,7 +156,7 @@ def non_special_tokenizer(src: Path, dst: Path, tags: list[str]) -> None:
 
 
 def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: str | None, mapping: dict[str, str],
-                   optional: list[str], non_special: list[str]) -> dict[str, str]:
+                   optional: list[str], non_special: list[str], prefill: str = "") -> dict[str, str]:
     """Write the rewritten files into ``out``; return ``{file: what changed}`` (also ``out/rewrite.json``); nothing
     is written when nothing needs a rewrite."""
     from vlforge.rl.rewards import inspect_reward
@@ -122,13 +172,15 @@ def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: st
     if mapping or optional:
         if spec.format_regex is not None:
             path = out / "format_regex.txt"
-            atomic_write_text(path, _edit_pattern(spec.format_regex, mapping, optional) + "\n", writer="rl check")
+            atomic_write_text(path, _edit_pattern(spec.format_regex, mapping, optional, prefill) + "\n",
+                              writer="rl check")
             written[str(path)] = change
         else:
             assert spec.reward_file is not None and spec.reward_function is not None
             info = inspect_reward(spec.reward_file, spec.reward_function, tuple(spec.reward_paths))
             path = out / info.file.name  # the file that defines the function (it may be imported by the one named)
-            text, manual = rewrite_reward_file(info.file.read_text(), info.spans, info.uses, mapping, optional)
+            text, manual = rewrite_reward_file(info.file.read_text(), info.spans, info.uses, mapping, optional,
+                                               prefill)
             atomic_write_text(path, text, writer="rl check")
             written[str(path)] = change + "".join(
                 f"; line {line}: a plain-text test of a pre-filled tag (startswith, in, ==): edit it by hand, no "
