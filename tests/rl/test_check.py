@@ -355,3 +355,15 @@ def test_a_bad_value_from_the_engines_config_names_its_key(tmp_path, monkeypatch
     assert [(code, hit) for code, hit, _ in expected] == [(2, True)] * 3, expected
     code, _, stderr = invoke("rl", "check", "--engine", "verl", "--config", "v.yaml")
     assert code == 2 and "nomodel does not exist" in stderr and "train_files" not in stderr
+
+
+def test_a_local_train_file_the_launch_names_is_read_by_the_check(tiny_checkpoint, tmp_path, monkeypatch) -> None:
+    """A train file the run names and this machine has is read as the run will (a hub name is not: a note)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r.py").write_text(SIGNATURES["verl.py"])
+    (tmp_path / "bad.parquet").write_text("garbage\n")
+    launch = ["--", "python3", "-m", "verl.trainer.main_ppo", f"actor_rollout_ref.model.path={tiny_checkpoint('qwen3_vl')}",
+              "reward.custom_reward_function.path=r.py"]
+    code, _, stderr = invoke("rl", "check", *launch, "data.train_files=bad.parquet")
+    assert code == 2 and "bad.parquet: not a parquet file" in stderr and "data.train_files" in stderr, stderr
+    assert len(stderr.strip().splitlines()) == 1, stderr

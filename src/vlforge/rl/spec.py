@@ -228,7 +228,8 @@ def resolve(request: RunRequest) -> RunSpec:
         found["template_text"] = Path(found["template"]).read_text()
     if found.get("tokenizer") is not None and not Path(found["tokenizer"]).is_dir():
         raise ConfigError(f"--tokenizer {found['tokenizer']}: not a directory")
-    if found.get("prompts") is not None and (request.reads_prompts or sources.get("prompts") == "flag"):
+    if found.get("prompts") is not None and (request.reads_prompts or sources.get("prompts") == "flag"
+                                             or Path(found["prompts"]).exists()):  # a local train file: read as the run will
         from vlforge.rl.prompts import PROMPT_KEYS, check_prompts_file
 
         with _named_by(sources, "prompts", "--prompts"):
