@@ -244,3 +244,38 @@ def test_a_reward_regex_that_does_not_compile_is_bad_input(tmp_path):
                                    "    return [float(bool(re.search(r'(<think>.*</think>', c))) for c in completions]\n")
     with pytest.raises(ConfigError, match=r"r\.py:4: the regex '\(<think>\.\*</think>' does not compile \(missing \)"):
         inspect_reward(tmp_path / "r.py", "f")
+
+
+GUARDS = '''def cut_only(data_source, solution_str, ground_truth, extra_info=None):
+    if "</think>" in solution_str:
+        solution_str = solution_str.split("</think>")[-1]
+    return float(solution_str.strip() == ground_truth)
+
+
+def cut_or_zero(data_source, solution_str, ground_truth, extra_info=None):
+    if "</think>" in solution_str:
+        answer = solution_str.split("</think>")[-1]
+    else:
+        return 0.0
+    return float(answer.strip() == ground_truth)
+
+
+def cut_and_flag(completions, solution, **kwargs):
+    rewards = []
+    for content, sol in zip(completions, solution):
+        complete = False
+        if "</think>" in content:
+            content = content.split("</think>")[-1]
+            complete = True
+        rewards.append(float(complete and content.strip() == sol))
+    return rewards
+'''
+
+
+def test_a_tag_test_that_guards_a_cut_needs_the_tag_when_its_absence_scores_differently(tmp_path):
+    """`if "</think>" in s: s = s.split(...)[-1]` only cuts; with `else: return 0.0` or a flag set beside the cut
+    (TRL's reasoning_accuracy_reward), a completion without the tag scores 0: the tag is needed."""
+    (tmp_path / "g.py").write_text(GUARDS)
+    assert _needed(tmp_path / "g.py", "cut_only") == []
+    assert _needed(tmp_path / "g.py", "cut_or_zero") == ["</think>"]
+    assert _needed(tmp_path / "g.py", "cut_and_flag") == ["</think>"]

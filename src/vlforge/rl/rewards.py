@@ -110,7 +110,7 @@ def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
         guard = parents.get(id(parent))  # `if "</think>" in s: s = s.split("</think>")[-1]` only guards a cut
         if isinstance(guard, ast.If) and guard.test is parent and isinstance(node, ast.Constant) and any(
                 isinstance(n, ast.Constant) and n.value == node.value and _use_at(n, parents) == "processing"
-                for statement in guard.body for n in ast.walk(statement)):
+                for statement in guard.body for n in ast.walk(statement)) and not _scores_the_test(guard):
             return "processing"
         return "literal"
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "len":
@@ -127,6 +127,14 @@ def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
             return "processing" if _cuts(parent, parents) else "literal"
         return "literal" if name in _TEXT_TESTS else "processing" if name in _TEXT_EDITS else None
     return None
+
+
+def _scores_the_test(guard: ast.If) -> bool:
+    """The ``if`` does more than cut: an ``else`` branch (``else: return 0.0``), or a flag set in its body
+    (``complete = True``, read later to score), so a completion without the tag scores differently."""
+    return bool(guard.orelse) or any(
+        isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, (bool, int))
+        and any(isinstance(t, ast.Name) for t in n.targets) for statement in guard.body for n in ast.walk(statement))
 
 
 def _cuts(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
