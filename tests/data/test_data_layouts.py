@@ -501,3 +501,16 @@ def test_validate_json_carries_the_warnings_of_reading_the_data(tmp_path, monkey
     expected = (f"{tmp_path / 'l.jsonl'}: records without an images/image/videos/video key read <image> / <video> in "
                 "their text as text (LLaVA's rule; first: line 1)")
     assert report["datasets"][0]["warnings"] == [expected] and expected in report["warnings"], report
+
+
+@pytest.mark.parametrize(("keys", "detail"), [
+    ({"tags": {"observation_tag": "observation"}}, "LLaMA-Factory's tool-call key: vlforge trains no tool turns"),
+    ({"tags": {"function_tag": "function_call"}}, "LLaMA-Factory's tool-call key"),
+    ({"columns": {"tools": "tools"}}, "LLaMA-Factory's tool-call key"),
+    ({"layout": "openai"}, "LLaMA-Factory's 'openai' formatting is layout messages here"),
+])
+def test_llama_factory_keys_vlforge_does_not_read_say_why(keys, detail):
+    """A dataset_info.json entry copied as it is: its tool-call keys and `formatting: openai` name what they are
+    (were "did you mean 'user_tag'?" and the list of layouts)."""
+    with pytest.raises(ValidationError, match=detail):
+        DatasetEntry(path="d.json", **keys)

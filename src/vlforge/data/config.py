@@ -95,6 +95,9 @@ LayoutName = Literal["auto", "messages", "sharegpt", "pairs", "prompt_completion
 """Record layouts a dataset entry may name (docs/data.md, "Record layouts")."""
 
 
+TOOL_KEYS_UNREAD = ("LLaMA-Factory's tool-call key: vlforge trains no tool turns (leave it out; a record with tool "
+                    "turns is a schema error)")
+"""Why LLaMA-Factory's ``columns.tools`` / ``tags.observation_tag`` / ``tags.function_tag`` are refused."""
 ALPACA_COLUMNS = ("prompt", "query", "response", "history")
 """``columns`` keys that only layout ``alpaca`` reads (LLaMA-Factory's names)."""
 
@@ -123,6 +126,13 @@ class RecordColumns(StrictModel):
     """Layout ``alpaca``: key of earlier ``[instruction, reply]`` pairs put before the last exchange; null:
     ``history`` where a record has one."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_columns(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "tools" in data:
+            raise field_error("tools", TOOL_KEYS_UNREAD)
+        return data
+
     def alpaca_keys(self) -> list[str]:
         """The alpaca-only keys this entry names."""
         return [key for key in ALPACA_COLUMNS if getattr(self, key) is not None]
@@ -144,6 +154,14 @@ class RoleTags(StrictModel):
     ``assistant``, ``gpt`` and ``model`` (``pairs``: ``assistant``)."""
     system_tag: str | None = Field(default=None, min_length=1)
     """The one role name of system turns; null accepts ``system``."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tool_tags(cls, data: Any) -> Any:
+        named = [key for key in ("observation_tag", "function_tag") if isinstance(data, dict) and key in data]
+        if named:
+            raise field_error(named[0], TOOL_KEYS_UNREAD)
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> RoleTags:
@@ -194,6 +212,14 @@ class DatasetEntry(StrictModel):
                                   "tags.assistant_tag; tags.role_tag, content_tag and system_tag name the keys of "
                                   "{role, content} turns")
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _llama_factory_formatting(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("layout") == "openai":
+            raise field_error("layout", "LLaMA-Factory's 'openai' formatting is layout messages here ({role, content} "
+                                        "turns)")
+        return data
 
     @model_validator(mode="after")
     def _prompt_completion_keys(self) -> DatasetEntry:
