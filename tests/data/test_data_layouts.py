@@ -45,7 +45,9 @@ def test_transformers_content_parts_give_the_pixels_of_a_plain_path(make_process
                 {"type": "image", "base64": payload}, {"type": "image", "base64": f"data:image/png;base64,{payload}"},
                 {"type": "image", "url": f"data:image/png;base64,{payload}"}, {"type": "image_url", "url": "img1.png"},
                 {"type": "image", "image": {"bytes": png, "path": "elsewhere.png"}},
-                {"type": "image", "image": {"bytes": None, "path": "img1.png"}}]
+                {"type": "image", "image": {"bytes": None, "path": "img1.png"}},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": payload}},  # Anthropic
+                {"type": "image", "source": {"type": "url", "url": "img1.png"}}]
     for variant in variants:
         sample = _process(proc, chat([variant, {"type": "text", "text": "?"}]), media_dir)
         assert torch.equal(sample.input_ids, native.input_ids) and torch.equal(sample.pixel_values,
@@ -56,6 +58,7 @@ def test_transformers_content_parts_give_the_pixels_of_a_plain_path(make_process
 
 
 @pytest.mark.parametrize("part", [{"type": "image", "url": "https://example.org/cat.png"},
+                                  {"type": "image", "source": {"type": "url", "url": "https://example.org/cat.png"}},
                                   {"type": "video", "url": "http://example.org/clip.mp4"},
                                   {"type": "image", "url": "HTTPS://example.org/cat.png"},
                                   {"type": "image", "image": "s3://bucket/cat.png"},

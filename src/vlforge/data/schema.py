@@ -108,9 +108,16 @@ def _url(value: Any) -> Any:
 
 
 def _reference(raw: dict[str, Any], kind: str) -> Any:
-    """A media part's reference: its ``kind`` / base kind key, else transformers' ``url``, ``path``, ``base64``
-    (a bare base64 payload becomes a ``data:`` URL); None when it has none (a placeholder)."""
+    """A media part's reference: Anthropic's ``source`` (base64 data or a URL), its ``kind`` / base kind key, else
+    transformers' ``url``, ``path``, ``base64`` (a bare base64 payload becomes a ``data:`` URL); None when it has none
+    (a placeholder)."""
     base = kind.removesuffix("_url")
+    source = raw.get("source")
+    if isinstance(source, dict):  # Anthropic's block: {"type": "base64", "media_type", "data"} or {"type": "url", "url"}
+        if source.get("type") == "base64" and isinstance(source.get("data"), str):
+            return f"data:{source.get('media_type') or ''};base64,{source['data']}"
+        if isinstance(source.get("url"), str):
+            return source["url"]
     for key in (kind, base, "url", "path", "base64"):
         value = raw.get(key)
         if value is None or value == "":
