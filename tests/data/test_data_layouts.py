@@ -67,7 +67,9 @@ def test_remote_urls_are_one_line_sample_errors(make_processor, media_dir, part)
     with pytest.raises(SampleError) as info:
         _process(make_processor(), chat([part]), media_dir)
     assert info.value.reason == "remote_url" and "\n" not in str(info.value)
-    assert str(info.value).startswith(f"set.jsonl:line 1: remote_url: remote media {list(part.values())[-1]!r}")
+    url = list(part.values())[-1]
+    url = url["url"] if isinstance(url, dict) else url
+    assert str(info.value).startswith(f"set.jsonl:line 1: remote_url: remote media {url!r}")
     assert "download it and give its local path" in str(info.value)
 
 
