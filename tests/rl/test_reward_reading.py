@@ -279,3 +279,10 @@ def test_a_tag_test_that_guards_a_cut_needs_the_tag_when_its_absence_scores_diff
     assert _needed(tmp_path / "g.py", "cut_only") == []
     assert _needed(tmp_path / "g.py", "cut_or_zero") == ["</think>"]
     assert _needed(tmp_path / "g.py", "cut_and_flag") == ["</think>"]
+
+
+def test_a_positive_lookahead_requires_its_tags_a_negative_one_does_not():
+    from vlforge.rl.rewards import pattern_literals
+
+    assert pattern_literals(r"^(?=.*<think>)(?=.*</think>).*\\boxed\{.*\}") == ["<think>", "</think>", "\\boxed{", "}"]
+    assert pattern_literals(r"^(?!.*<think>).*</think>") == ["</think>"]

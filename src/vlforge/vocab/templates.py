@@ -201,6 +201,8 @@ def _literal_runs(parsed, runs: list[str], current: list[str], required_only: bo
                 _literal_runs(av[2], runs, current, required_only)
         elif op is getattr(c, "ATOMIC_GROUP", None):
             _literal_runs(av, runs, current, required_only)
+        elif op is c.ASSERT:  # ``(?=.*<think>)``: every match is followed (or preceded) by its text
+            _literal_runs(av[1], runs, current, required_only)
         if current:
             runs.append("".join(current))
             current.clear()
