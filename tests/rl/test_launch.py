@@ -283,3 +283,15 @@ def test_the_launcher_is_found_in_the_commands_users_write(args, launcher, rest)
 
     found_rest, found, _ = strip_launcher(args)
     assert (found, found_rest) == (launcher, rest)
+
+
+def test_a_shell_variable_pasted_unexpanded_is_named():
+    """EasyR1's scripts write `worker.actor.model.model_path=${MODEL_PATH}`: pasted as it is, it names a shell variable,
+    not a key of the config (was "no model"); an interpolation of a key the file lacks still falls back."""
+    from vlforge.rl.configs import dotted
+
+    data = {"worker": {"actor": {"model": {"model_path": "${MODEL_PATH}", "tokenizer": "${data.tok}"}}}}
+    with pytest.raises(ConfigError, match=r"worker\.actor\.model\.model_path: '\$\{MODEL_PATH\}' is a shell variable "
+                                          r"the command was pasted without; write its value"):
+        dotted(data, "worker.actor.model.model_path")
+    assert dotted(data, "worker.actor.model.tokenizer", "fallback") == "fallback"

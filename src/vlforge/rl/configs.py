@@ -71,6 +71,9 @@ def dotted(data: dict, key: str, default: Any = None, *, _depth: int = 0) -> Any
         target, fallback = match.group(1), match.group(2)
         value = dotted(data, target, _MISSING, _depth=_depth + 1)
         if value is _MISSING:
+            if fallback is None and "." not in target and target.isupper():  # ${MODEL_PATH} of a shell script
+                raise ConfigError(f"{key}: {node!r} is a shell variable the command was pasted without; write its "
+                                  "value")
             if fallback is None:
                 return default
             return None if fallback.strip() == "null" else _scalar(fallback.strip())
