@@ -326,6 +326,8 @@ SIGNATURES = {
     (["--engine", "verl", "--config", "grpo.yaml"],
      "--config grpo.yaml: holds trl's keys (model_name_or_path, reward_funcs), none of verl's: pass --engine trl"),
     (["--format-regex", "(<think>"], "does not compile"),
+    (["--engine", "verl", "--reward", "verl.py:compute_score", "--keep-special-tokens"],
+     "--keep-special-tokens: verl decodes completions with skip_special_tokens=True and no setting changes it"),
     (["--reward", "nope.py:f"], "--reward nope.py: not found"),
 ])
 def test_bad_input_is_one_line(argv, message, tiny_checkpoint, tmp_path, monkeypatch) -> None:

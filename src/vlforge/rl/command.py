@@ -57,7 +57,8 @@ class RunFlags(StrictModel):
     format_regex: str | None = None
     """A format regex as the reward (instead of --reward): 1 when found in the completion."""
     skip_special_tokens: Annotated[bool | None, Flag("--skip-special-tokens/--keep-special-tokens")] = None
-    """How completions are decoded for the reward (default: the engine's: verl, EasyR1, TRL skip; OpenRLHF keeps)."""
+    """How completions are decoded for the reward (default: the engine's: verl, EasyR1, TRL skip; OpenRLHF keeps;
+    only EasyR1 has a setting that changes it)."""
 
     def request(self) -> Any:
         from vlforge.rl.spec import RunRequest

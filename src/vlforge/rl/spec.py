@@ -211,6 +211,11 @@ def resolve(request: RunRequest) -> RunSpec:
         if re.search(found["format_regex"], "") is not None:
             raise ConfigError(f"--format-regex {found['format_regex']!r}: matches the empty string, so every "
                               "completion: the reward could never tell two completions apart")
+    asked = found.get("skip_special_tokens")
+    if sources.get("skip_special_tokens") == "flag" and record.skip_key is None and asked != record.skip_special_tokens:
+        flag = "--skip-special-tokens" if asked else "--keep-special-tokens"
+        raise ConfigError(f"{flag}: {name} decodes completions with skip_special_tokens={record.skip_special_tokens} "
+                          "and no setting changes it: checking another decode would describe another run")
     if "skip_special_tokens" not in found:
         found["skip_special_tokens"] = record.skip_special_tokens
         sources["skip_special_tokens"] = f"{name} decodes with skip_special_tokens={record.skip_special_tokens}"
