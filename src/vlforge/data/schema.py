@@ -252,6 +252,7 @@ def video_option_name(option: str) -> str:
     """
     return " / ".join([qwen for qwen, ours in QWEN_VIDEO_KEYS.items() if ours == option] + [option])
 
+
 def _check_frames(part: MediaPart, fail) -> None:
     """A list reference is a video's frame images (qwen-vl-utils, LLaMA-Factory): not an image, not empty, not
     nested; its options are the frame-list ones, a video file's are the clip ones."""
@@ -264,8 +265,8 @@ def _check_frames(part: MediaPart, fail) -> None:
             is not False:
         fail(f"a video's frame list holds {'null' if inner is None else 'a list'}: give one image per frame")
     if frames and (clip := next((k for k in CLIP_ONLY_KEYS if k in part.options), None)):
-        fail(f"video option {video_option_name(clip)} samples a clip; a video given as {len(part.ref)} frames is used whole "
-             "(capped by max_frames / video_max_frames; sample_fps gives the rate its frames were taken at)")
+        fail(f"video option {video_option_name(clip)} samples a clip; a video given as {len(part.ref)} frames is "
+             "used whole (capped by max_frames / video_max_frames; sample_fps gives the rate its frames were taken at)")
     if not frames and part.kind == "video" and (only := next((k for k in FRAME_LIST_KEYS if k in part.options),
                                                              None)):
         fail(f"video option {only!r} is the rate of a video given as a list of frames; a video file has its own "
