@@ -146,15 +146,6 @@ def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
     ({"id": 3, "image": "a.png"}, "schema", "record needs a non-empty 'messages' list of {role, content} turns, a "
      "'conversations' list of {from, value} turns (LLaVA / ShareGPT), a 'texts' list of {user, assistant} exchanges "
      "(The Cauldron), 'prompt' and 'completion' (TRL) or 'instruction' and 'output' keys (alpaca)"),
-    ({"image_path": "red.png", "conversations": [{"from": "human", "value": "Colour?"}, {"from": "gpt", "value": "Red."}]},
-     "schema", "media in 'image_path', a key vlforge does not read (it reads images/image/videos/video): name it with "
-     "columns.images (or columns.videos) of the dataset entry; as it is, the record would train on its text alone"),
-    ({"img": [{"bytes": b"\x89PNG", "path": None}], "messages": [{"role": "user", "content": "Q"},
-                                                              {"role": "assistant", "content": "A"}]},
-     "schema", "media in 'img', a key vlforge does not read"),
-    ({"video_file": "clip.MP4", "images": [], "messages": [{"role": "user", "content": "Q"},
-                                                          {"role": "assistant", "content": "A"}]},
-     "schema", "media in 'video_file', a key vlforge does not read"),
     ({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A", "loss": "no"}]}, "schema",
      "message 1 has loss 'no'; expected true, false or null"),
     ({"messages": [{"role": "user", "content": "Q"}, {"role": "assistant", "content": "A", "loss": False}]},
@@ -164,10 +155,6 @@ def test_images_without_placeholders_go_to_the_start_of_the_first_user_turn():
     ({"messages": [{"role": "user", "content": "<image>Find <ref-object>"}, {"role": "assistant", "content": "<bbox>"}],
       "images": ["a.png"], "objects": {"ref": ["sheep"], "bbox": [[1, 2, 3, 4]]}}, "schema",
      "ms-swift grounding record: vlforge does not fill <ref-object> / <bbox> from 'objects'"),
-    ({"conversations": [{"from": "gpt", "value": "Welcome!"}, {"from": "human", "value": "Hi"},
-                        {"from": "gpt", "value": "Hello."}]}, "schema",
-     "message 0 is a reply before any user turn (LLaVA drops it, LLaMA-Factory skips the record): remove it, or keep "
-     "it as context with \"weight\": 0"),
     ({"prompt": "Hi", "completion": [{"role": "user", "content": "x"}]}, "schema",
      "completion turn 0 has role 'user': a completion holds the assistant's reply"),
     ({"prompt": [{"role": "user", "content": "Hi"}], "completion": 3}, "schema",
@@ -200,27 +187,58 @@ def test_records_that_fit_no_layout_fail_in_one_line(record, reason, detail):
     assert str(info.value).startswith(f"d.json:item 4: {reason}: ") and "\n" not in str(info.value)
 
 
-def test_media_like_keys_without_media_and_media_under_a_named_column_read(tmp_path):
-    """Metadata named like media (an id, a caption, a size) is no media; media under the entry's column is read."""
+def test_media_under_a_key_vlforge_does_not_read_is_a_warning_per_file(tmp_path, caplog, monkeypatch):
+    """A record without media whose images sit under another key (`image_path`, `img`, `video_file`, or `image` when
+    the entry names `imgs`) trains on its text alone: one warning per file names the key. Metadata named like media
+    (an id, a caption, a size, a remote link) is no media; media under the entry's column is read."""
+    monkeypatch.setattr("vlforge.data.schema._STRAY_WARNED", set())
     turns = [{"from": "human", "value": "Colour?"}, {"from": "gpt", "value": "Red."}]
-    for extra in ({"image_id": 7}, {"image_caption": "a red square"}, {"image_size": [64, 48]}, {"image": None}):
-        assert not parse_conversation({**extra, "conversations": turns}, "d.json", "item 1").media
+    with caplog.at_level(logging.WARNING, logger="vlforge.data.schema"):
+        for extra in ({"image_id": 7}, {"image_caption": "a red square"}, {"image_size": [64, 48]}, {"image": None},
+                      {"image_url": "http://x.org/a.jpg"}):
+            assert not parse_conversation({**extra, "conversations": turns}, "meta.json", "item 1").media
+        for n, extra in enumerate(({"image_path": "red.png"}, {"img": [{"bytes": b"\x89PNG", "path": None}]},
+                                   {"video_file": "clip.MP4", "images": []})):
+            assert not parse_conversation({**extra, "conversations": turns}, f"s{n}.json", "item 2").media
+        named = resolve_entry(DatasetEntry(path="d.json", columns={"images": "imgs"}), tmp_path)
+        other = {"image": "red.png", "conversations": turns}
+        for location in ("item 3", "item 4"):  # once per file
+            parse_conversation(other, "d.json", location, detect(other, named, "d.json", location))
+    messages = [r.getMessage() for r in caplog.records]
+    assert [m.split(":")[0] for m in messages] == ["s0.json", "s1.json", "s2.json", "d.json"], messages
+    assert messages[0] == ("s0.json: records without media hold a file under 'image_path', a key vlforge does not "
+                           "read (it reads images/image/videos/video; first: item 2): if those are their images or "
+                           "videos, name the key with columns.images / columns.videos of the dataset entry, else they "
+                           "train on their text alone")
+    assert "under 'image', a key vlforge does not read (it reads imgs/videos/video; first: item 3)" in messages[3]
     entry = resolve_entry(DatasetEntry(path="d.json", columns={"images": "image_path"}), tmp_path)
     record = {"image_path": "red.png", "conversations": turns}
     conv = parse_conversation(record, "d.json", "item 1", detect(record, entry, "d.json", "item 1"))
     assert [p.ref for p in conv.media] == ["red.png"]
-    with pytest.raises(SampleError, match="media in 'image', a key vlforge does not read \\(it reads imgs/"):
-        named = resolve_entry(DatasetEntry(path="d.json", columns={"images": "imgs"}), tmp_path)
-        other = {"image": "red.png", "conversations": turns}
-        parse_conversation(other, "d.json", "item 1", detect(other, named, "d.json", "item 1"))
 
 
-def test_an_opening_reply_kept_as_context_is_read():
-    record = {"messages": [{"role": "system", "content": "S"}, {"role": "assistant", "content": "Welcome!", "weight": 0},
-                           {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
-    conv = parse_conversation(record, "d.jsonl", "line 1")
+def test_a_reply_before_any_user_turn_is_context_with_a_warning(caplog, monkeypatch):
+    """LLaVA drops a record's opening `gpt` turn and LLaMA-Factory skips the record: vlforge keeps it as context,
+    untrained, and says so once per file; `weight: 0` says the same without a warning; TRL's prompt may be a system
+    turn alone."""
+    monkeypatch.setattr("vlforge.data.schema._OPENING_WARNED", set())
+    record = {"system": "S", "conversations": [{"from": "gpt", "value": "Welcome!"}, {"from": "human", "value": "Hi"},
+                                               {"from": "gpt", "value": "Hello."}]}
+    with caplog.at_level(logging.WARNING, logger="vlforge.data.schema"):
+        conv = parse_conversation(record, "llava.json", "item 3")
+        parse_conversation(record, "llava.json", "item 4")
     assert [(m.role, m.trained) for m in conv.messages] == [("system", True), ("assistant", False), ("user", True),
                                                              ("assistant", True)]
+    assert [r.getMessage() for r in caplog.records] == [
+        "llava.json: replies before any user turn are kept as context, not trained (LLaVA drops them; first: item 3)"]
+    with pytest.raises(SampleError, match="no_labels"):  # nothing else to learn from
+        parse_conversation({"conversations": [{"from": "gpt", "value": "Welcome!"}]}, "llava.json", "item 5")
+    quiet = {"messages": [{"role": "system", "content": "S"}, {"role": "assistant", "content": "Welcome!", "weight": 0},
+                          {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}]}
+    assert [m.trained for m in parse_conversation(quiet, "d.jsonl", "line 1").messages] == [True, False, True, True]
+    trl = parse_conversation({"prompt": [{"role": "system", "content": "Be brief."}], "completion": "Hello."},
+                             "t.jsonl", "line 1")
+    assert [(m.role, m.trained) for m in trl.messages] == [("system", True), ("assistant", True)]
 
 
 def test_ms_swift_loss_false_keeps_a_reply_as_context():
@@ -245,6 +263,9 @@ def test_pairs_with_one_placeholder_per_item_place_them_as_ms_swift_does(tmp_pat
     assert _texts(conv)[:2] == [["Be brief."], ["Look: ", "[image]", "Colour?"]]
     cauldron = {"texts": [{"user": "Is <image> a tag?", "assistant": "Yes."}], "images": ["a.png", "b.png"]}
     assert _texts(parse_conversation(cauldron, "c.parquet", "row 1"))[0] == ["[image]", "[image]", "Is <image> a tag?"]
+    both = {"images": ["a.png"], "texts": [{"user": "What tag is <image>?", "assistant": "It is <image>."}]}
+    assert _texts(parse_conversation(both, "c.parquet", "row 2")) == [["What tag is ", "[image]", "?"],
+                                                                      ["It is <image>."]]  # a reply's is text
 
 
 def test_trl_prompt_completion_trains_the_completion_only():

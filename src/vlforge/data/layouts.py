@@ -73,7 +73,7 @@ class AlpacaKeys:
 class RecordFormat:
     """How the records of one file are read: the key of the turns, the keys of a turn, the role names, the media keys."""
 
-    layout: str  # "messages" | "sharegpt" | "pairs"
+    layout: str  # "messages" | "sharegpt" | "pairs" | "prompt_completion" | "alpaca"
     messages: str
     role_tag: str
     content_tag: str
@@ -156,7 +156,7 @@ def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, loc
         origin = "layout named in the dataset entry" if layout == "alpaca" else "alpaca keys named in the dataset entry"
         return _format(entry, "alpaca", alpaca.prompt, origin)
     if layout == "prompt_completion" or (layout == "auto" and not columns.messages and _prompt_completion(record)
-                                         and not any(record.get(k) not in (None, "", []) for k in MESSAGE_KEYS)):
+                                         and not any(_given(record, k) for k in MESSAGE_KEYS + PAIR_KEYS)):
         if not _prompt_completion(record):
             fail(f"record needs {' and '.join(map(repr, PROMPT_COMPLETION))} (layout prompt_completion: TRL's "
                  "prompt-completion records)")
@@ -164,7 +164,7 @@ def detect(record: dict[str, Any], entry: ResolvedEntry | None, source: str, loc
         return _format(entry, "prompt_completion", PROMPT_COMPLETION[0], origin)
     keys = (columns.messages,) if columns.messages else {"auto": MESSAGE_KEYS + PAIR_KEYS,
                                                          "pairs": PAIR_KEYS}.get(layout, MESSAGE_KEYS)
-    key = next((k for k in keys if record.get(k) not in (None, "", [])), None)
+    key = next((k for k in keys if _given(record, k)), None)
     if key is None and layout == "auto" and not columns.messages and alpaca.prompt in record and \
             alpaca.response in record:
         return _format(entry, "alpaca", alpaca.prompt, f"detected from {location}")
@@ -233,9 +233,14 @@ def _format(entry: ResolvedEntry | None, layout: str, key: str, origin: str) -> 
                         columns.system or SYSTEM_KEY, origin)
 
 
+def _given(record: dict[str, Any], key: str) -> bool:
+    """The record holds ``key`` with a value: not absent, null, an empty string or an empty list."""
+    return record.get(key) not in (None, "", [])
+
+
 def _prompt_completion(record: dict[str, Any]) -> bool:
     """The record holds TRL's ``prompt`` and ``completion`` (neither null nor empty)."""
-    return all(record.get(key) not in (None, "", []) for key in PROMPT_COMPLETION)
+    return all(_given(record, key) for key in PROMPT_COMPLETION)
 
 
 def _alpaca_keys(columns: RecordColumns) -> AlpacaKeys:
@@ -309,5 +314,5 @@ def absent(value: Any) -> bool:
 
 def audio_key(record: dict[str, Any]) -> str | None:
     """The key of audio media the record carries (vlforge trains vision-language chats: an error), if any."""
-    return next((k for k in AUDIO_KEYS if record.get(k) not in (None, "", [])), None)
+    return next((k for k in AUDIO_KEYS if _given(record, k)), None)
 

@@ -65,6 +65,10 @@ _GROUNDING_TAGS = re.compile(r"<(ref-object|bbox)>")
 """ms-swift's grounding placeholders, filled from a record's ``objects``."""
 _TEXT_TAGS_WARNED: set[str] = set()
 """Sources already warned that their media-less records read ``<image>`` / ``<video>`` as text."""
+_STRAY_WARNED: set[str] = set()
+"""Sources already warned that their media-less records hold a media file under a key vlforge does not read."""
+_OPENING_WARNED: set[str] = set()
+"""Sources already warned that a record's first turn is a reply (kept as context)."""
 logger = logging.getLogger(__name__)
 _IN_TEXT = "<placeholder>"
 """Option key marking a media part cut from text (``<image>``), dropped when the part is filled."""
@@ -108,16 +112,10 @@ def _url(value: Any) -> Any:
 
 
 def _reference(raw: dict[str, Any], kind: str) -> Any:
-    """A media part's reference: Anthropic's ``source`` (base64 data or a URL), its ``kind`` / base kind key, else
-    transformers' ``url``, ``path``, ``base64`` (a bare base64 payload becomes a ``data:`` URL); None when it has none
-    (a placeholder)."""
+    """A media part's reference: its ``kind`` / base kind key, else transformers' ``url``, ``path``, ``base64`` (a
+    bare base64 payload becomes a ``data:`` URL), else Anthropic's ``source`` (base64 data or a URL); None when it has
+    none (a placeholder)."""
     base = kind.removesuffix("_url")
-    source = raw.get("source")
-    if isinstance(source, dict):  # Anthropic's block: {"type": "base64", "media_type", "data"} or {"type": "url", "url"}
-        if source.get("type") == "base64" and isinstance(source.get("data"), str):
-            return f"data:{source.get('media_type') or ''};base64,{source['data']}"
-        if isinstance(source.get("url"), str):
-            return source["url"]
     for key in (kind, base, "url", "path", "base64"):
         value = raw.get(key)
         if value is None or value == "":
@@ -126,6 +124,11 @@ def _reference(raw: dict[str, Any], kind: str) -> Any:
         if key == "base64" and isinstance(value, str) and not value.startswith("data:"):
             value = "data:;base64," + value
         return value
+    source = raw.get("source")  # Anthropic's block: {"type": "base64", "media_type", "data"} or {"type": "url", "url"}
+    if isinstance(source, dict) and source.get("type") == "base64" and isinstance(source.get("data"), str):
+        return f"data:{source.get('media_type') or ''};base64,{source['data']}"
+    if isinstance(source, dict) and source.get("type") == "url" and isinstance(source.get("url"), str):
+        return source["url"]
     return None
 
 
@@ -339,11 +342,18 @@ def _pair_placeholders(record: dict[str, Any], fmt: RecordFormat, turns: Any) ->
                                for kind, keys in (("image", fmt.images), ("video", fmt.videos)))
 
 
+def _warn_once(warned: set[str], source: str, message: str, *args: Any) -> None:
+    """Log ``message`` the first time for ``source`` (a data file) of the ``warned`` kind."""
+    if source not in warned:
+        warned.add(source)
+        logger.warning(message, *args)
+
+
 def _media_value(value: Any) -> bool:
     """``value`` is media as a record holds it: a media file name or ``data:`` URL, an ``{bytes, path}`` struct, or
     a non-empty list of those."""
-    if isinstance(value, str):
-        return bool(_MEDIA_FILE.match(value.strip()))
+    if isinstance(value, str):  # a remote URL is no media vlforge could read (metadata: a source link)
+        return bool(_MEDIA_FILE.match(value.strip())) and ("://" not in value or value.lower().startswith("file://"))
     if isinstance(value, dict):
         return value.get("bytes") is not None or (isinstance(value.get("path"), str) and _media_value(value["path"]))
     if isinstance(value, (list, tuple)):
@@ -359,10 +369,10 @@ def _stray_media(record: dict[str, Any], fmt: RecordFormat) -> str | None:
                  if key not in read and _MEDIA_LIKE.search(str(key)) and _media_value(value)), None)
 
 
-def _prompt_completion_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> list[dict[str, Any]]:
-    """A ``prompt_completion`` record as turns: the prompt's (a string is one user turn; an assistant turn in it is
-    context, never trained, as TRL trains the completion only), then the completion's (a string is one assistant
-    turn; every turn of it must be the assistant's)."""
+def _prompt_completion_turns(record: dict[str, Any], fmt: RecordFormat, fail) -> tuple[list[dict[str, Any]], int]:
+    """A ``prompt_completion`` record as turns, and how many are the prompt's: its turns (a string is one user turn;
+    an assistant turn in it is context, never trained, as TRL trains the completion only), then the completion's (a
+    string is one assistant turn; every turn of it must be the assistant's)."""
     names = {role: next(name for name, r in fmt.roles.items() if r == role) for role in ("user", "assistant")}
 
     def side(key: str, role: str) -> list[dict[str, Any]]:
@@ -374,14 +384,13 @@ def _prompt_completion_turns(record: dict[str, Any], fmt: RecordFormat, fail) ->
             fail(f"{key!r} must be a string or a non-empty list of turns (objects); expected {fmt.expected()}")
         return value
 
-    prompt = [{**turn, "weight": 0} if fmt.roles.get(turn.get(fmt.role_tag)) == "assistant" else turn
-              for turn in side(PROMPT_COMPLETION[0], "user")]
+    prompt = side(PROMPT_COMPLETION[0], "user")
     completion = side(PROMPT_COMPLETION[1], "assistant")
     for i, turn in enumerate(completion):
         name = turn.get(fmt.role_tag)
         if fmt.roles.get(name) != "assistant":
             fail(f"completion turn {i} has {fmt.role_tag} {name!r}: a completion holds the assistant's reply")
-    return prompt + completion
+    return prompt + completion, len(prompt)
 
 
 def parse_conversation(record: dict[str, Any], source: str, location: str,
@@ -394,10 +403,11 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
 
     if fmt is None:
         fmt = detect(record, None, source, location)
+    context = 0  # the first turns, whose replies are context only (a prompt_completion record's prompt)
     if fmt.alpaca is not None:
         turns = _alpaca_turns(record, fmt, fail)
     elif fmt.layout == "prompt_completion":
-        turns = _prompt_completion_turns(record, fmt, fail)
+        turns, context = _prompt_completion_turns(record, fmt, fail)
     else:
         raw_turns = record.get(fmt.messages)
         turns = turns_of(raw_turns)
@@ -420,10 +430,9 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
     if tagged and (named := next((k for k in record if k != fmt.messages and _MEDIA_LIKE.search(str(k))), None)):
         fail(f"<image> / <video> in the text and no {'/'.join((*fmt.images, *fmt.videos))} key, but a {named!r} "
              "key: name it with columns.images (or columns.videos) of the dataset entry", "placeholder_mismatch")
-    if tagged and fmt.layout != "messages" and source not in _TEXT_TAGS_WARNED:
-        _TEXT_TAGS_WARNED.add(source)
-        logger.warning("%s: records without an %s key read <image> / <video> in their text as text (LLaVA's rule; "
-                       "first: %s)", source, "/".join((*fmt.images, *fmt.videos)), location)
+    if tagged and fmt.layout != "messages":
+        _warn_once(_TEXT_TAGS_WARNED, source, "%s: records without an %s key read <image> / <video> in their text as "
+                   "text (LLaVA's rule; first: %s)", source, "/".join((*fmt.images, *fmt.videos)), location)
     out: list[Message] = []
     for i, raw in enumerate(turns):
         if not isinstance(raw, dict):
@@ -433,7 +442,7 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
                 if not isinstance(raw.get(key), str):
                     got = "no" if raw.get(key) is None else f"a {type(raw[key]).__name__} as its"
                     fail(f"exchange {i} has {got} {key!r} text; expected {fmt.expected()}")
-                out.append(Message(role, _content(raw[key], i, fail, placeholders=placeholders)))
+                out.append(Message(role, _content(raw[key], i, fail, placeholders=placeholders and role == "user")))
             continue
         if fmt.alpaca is not None:  # built above as {role, content} turns
             out.append(Message(raw["role"], _content(raw["content"], i, fail, placeholders=placeholders)))
@@ -448,7 +457,7 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
         if fmt.content_tag not in raw:
             fail(f"message {i} has no {fmt.content_tag!r} key; expected {fmt.expected()}")
         out.append(Message(role, _content(raw[fmt.content_tag], i, fail, placeholders=placeholders),
-                           trained=role != "assistant" or _trained(raw, i, fail)))
+                           trained=role != "assistant" or (i >= context and _trained(raw, i, fail))))
     system = record.get(fmt.system) if fmt.system else None
     if system and out[0].role != "system":
         if not isinstance(system, str):
@@ -462,14 +471,16 @@ def parse_conversation(record: dict[str, Any], source: str, location: str,
         for part in message.parts:
             if isinstance(part, MediaPart):
                 _check_frames(part, fail)
-    opening = next((i for i, m in enumerate(out) if m.role != "system"), None)
-    if opening is not None and out[opening].role == "assistant" and out[opening].trained:
-        fail(f"message {opening} is a reply before any user turn (LLaVA drops it, LLaMA-Factory skips the record): "
-             "remove it, or keep it as context with \"weight\": 0")
+    opening = next((m for m in out if m.role != "system"), None)
+    if opening is not None and opening.role == "assistant" and opening.trained and fmt.layout != "prompt_completion":
+        opening.trained = False  # a reply to nothing: LLaVA drops it, LLaMA-Factory skips the record
+        _warn_once(_OPENING_WARNED, source, "%s: replies before any user turn are kept as context, not trained "
+                   "(LLaVA drops them; first: %s)", source, location)
     if not any(isinstance(p, MediaPart) for m in out for p in m.parts) and (stray := _stray_media(record, fmt)):
-        fail(f"media in {stray!r}, a key vlforge does not read (it reads {'/'.join((*fmt.images, *fmt.videos))}): "
-             "name it with columns.images (or columns.videos) of the dataset entry; as it is, the record would train "
-             "on its text alone")
+        _warn_once(_STRAY_WARNED, source, "%s: records without media hold a file under %r, a key vlforge does not "
+                   "read (it reads %s; first: %s): if those are their images or videos, name the key with "
+                   "columns.images / columns.videos of the dataset entry, else they train on their text alone",
+                   source, stray, "/".join((*fmt.images, *fmt.videos)), location)
     if not any(m.role == "assistant" and m.trained for m in out):
         fail("no assistant message to train on: nothing to learn from", "no_labels")
     return Conversation(out, source, location)
