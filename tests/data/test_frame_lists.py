@@ -169,6 +169,28 @@ def test_validate_checks_an_items_own_options_as_training_does(make_processor, t
     assert str(caught.value) == f"d.jsonl:line 2: schema: {detail}"
 
 
+def test_validate_leaves_the_checkpoints_pixel_ceiling_to_training(tmp_path):
+    """Qwen2.5-VL's released processors allow 12,845,056 pixels, its family default 1,003,520: an image's own
+    min_pixels between the two trains, so validate does not refuse it (the checkpoint is not read before it loads)."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from vlforge.cli import app
+
+    _frames(tmp_path, 1)
+    part = {"type": "image", "image": "f0.png", "min_pixels": 2_000_000}
+    (tmp_path / "d.jsonl").write_text(json.dumps(chat([part])) + "\n")
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump({
+        "data": {"datasets": [{"path": str(tmp_path / "d.jsonl"), "data_folder": str(tmp_path)}],
+                 "on_error": "raise"},
+        "model": {"load_from_pretrained_path": "tiny:qwen2_5_vl"}, "training": {"max_steps": 1}}))
+    done = CliRunner().invoke(app, ["validate", str(tmp_path / "run.yaml"), "--json"])
+    assert done.exit_code == 0, done.stdout
+    capped = CliRunner().invoke(app, ["validate", str(tmp_path / "run.yaml"), "processor.max_pixels=1000000", "--json"])
+    report = json.loads(capped.stdout)  # the config's own ceiling holds for training too
+    assert capped.exit_code == 2 and "image option min_pixels: 2000000 > max_pixels 1000000" in json.dumps(report)
+
+
 def _lmms_python() -> Path:
     sys.path.insert(0, str(ROOT / "scripts"))
     try:

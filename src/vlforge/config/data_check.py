@@ -8,7 +8,8 @@ layout is decided here as the pipeline decides it (:func:`vlforge.data.layouts.f
 record at its start is a problem. ``vlforge validate`` also reads the first :data:`CHECK_RECORDS` records of every
 file (:func:`record_checks`): their layout, their media references (files that exist, no remote URL, no
 escape from ``data_folder``; nothing is decoded) and each item's own options (``max_frames``, ``min_pixels``; under
-the family's defaults and the config's keys), counted per reason as training counts skipped samples.
+the family's defaults and the config's keys, the checkpoint's pixel ceilings left to training), counted per reason
+as training counts skipped samples.
 
 Example:
     >>> from vlforge.config.schema import TrainConfig
@@ -43,6 +44,8 @@ CHECK_RECORDS = 1000
 its files, at least :data:`SHARD_RECORDS` each)."""
 SHARD_RECORDS = 20
 """The fewest records ``vlforge validate`` reads from each file of a directory or pattern entry."""
+_NO_CEILING = 2**62
+"""A pixel ceiling no item reaches: the checkpoint's own is unknown before it loads."""
 SHOWN_FAILURES = 5
 """Failing records ``vlforge validate`` shows per data file."""
 
@@ -214,8 +217,9 @@ def _warnings_logged(name: str) -> Iterator[list[str]]:
 
 def _run_settings(cfg: TrainConfig) -> VisionSettings | None:
     """The run's vision settings as far as its config tells: the family's defaults under the config's pixel and
-    frame keys (training starts from the checkpoint's image processor). None when the family is unknown or the
-    config's keys do not hold (the config checks name those)."""
+    frame keys, with no pixel ceiling where the config sets none (training starts from the checkpoint's image
+    processor, whose ceilings may be higher than the family's: Qwen2.5-VL's ship 12,845,056). None when the family is
+    unknown or the config's keys do not hold (the config checks name those)."""
     from pydantic import ValidationError
 
     from vlforge.config.data import data_config
@@ -224,7 +228,9 @@ def _run_settings(cfg: TrainConfig) -> VisionSettings | None:
 
     family = run_family(cfg)
     try:
-        return VisionSettings.for_family(family, **data_config(cfg).vision_overrides()) if family else None
+        open_ceilings = {"max_pixels": _NO_CEILING, "video_max_pixels": _NO_CEILING}
+        return VisionSettings.for_family(family, **{**open_ceilings, **data_config(cfg).vision_overrides()}) \
+            if family else None
     except ValidationError:
         return None
 
