@@ -193,8 +193,8 @@ def test_of_several_trl_reward_funcs_the_one_naming_tags_is_checked_and_a_flag_w
     ("easyr1", ["worker.rollout.n"], "expected KEY=VALUE (EasyR1's OmegaConf command line)"),
     ("trl", ["model_name_or_path=x"], "expected --key value (TRL's command line)"),
     ("openrlhf", ["--pretrain", "x"], "openrlhf's are not read"),
-    (None, ["bash", "examples/qwen2_5_vl_7b_geo3k_grpo.sh"], "examples/qwen2_5_vl_7b_geo3k_grpo.sh is a shell script, "
-     "which vlforge does not run or read: pass the command it launches"),
+    (None, ["bash", "-x", "examples/qwen2_5_vl_7b_geo3k_grpo.sh"], "examples/qwen2_5_vl_7b_geo3k_grpo.sh is a shell "
+     "script, which vlforge does not run or read: pass the command it launches"),
 ])
 def test_a_launch_command_vlforge_cannot_read_is_one_line(engine, args, message):
     with pytest.raises(ConfigError) as error:

@@ -222,9 +222,16 @@ def test_a_function_defined_in_a_block_or_imported_is_read_where_it_is_defined(t
         inspect_reward(tmp_path / "elsewhere" / "wrap.py", "score")
 
 
-def test_a_reward_module_with_relative_imports_is_loaded_as_part_of_its_package(tmp_path):
-    """open-r1's rewards.py (`from .utils import ...`): imported by its dotted name, as TRL imports it."""
+def test_a_reward_module_with_relative_imports_is_loaded_as_part_of_its_package(tmp_path, monkeypatch):
+    """open-r1's rewards.py (`from .utils import ...`): imported by its dotted name, as TRL imports it (verl and
+    EasyR1 load the file by its path, where the import fails, as it does there)."""
+    import sys
+
+    from vlforge.errors import ConfigError
     from vlforge.rl.rewards import load_scorer
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the package's root is added for the import: undone after
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
 
     pkg = tmp_path / "relpkg_vlforge_test"
     pkg.mkdir()
@@ -234,6 +241,8 @@ def test_a_reward_module_with_relative_imports_is_loaded_as_part_of_its_package(
                                     "    return [BONUS for _ in completions]\n")
     scorer = load_scorer("trl", inspect_reward(pkg / "rewards.py", "fmt"))
     assert scorer.fn(["a", "b"]) == [0.5, 0.5]
+    with pytest.raises(ConfigError, match="attempted relative import"):
+        load_scorer("verl", inspect_reward(pkg / "rewards.py", "fmt"))
 
 
 def test_a_reward_regex_that_does_not_compile_is_bad_input(tmp_path):
@@ -286,3 +295,98 @@ def test_a_positive_lookahead_requires_its_tags_a_negative_one_does_not():
 
     assert pattern_literals(r"^(?=.*<think>)(?=.*</think>).*\\boxed\{.*\}") == ["<think>", "</think>", "\\boxed{", "}"]
     assert pattern_literals(r"^(?!.*<think>).*</think>") == ["</think>"]
+
+
+REVIEWED = r'''import logging
+import re
+
+LETTERS = "ABCD"
+logger = logging.getLogger(__name__)
+
+
+def choice(completions, **kwargs):
+    out = []
+    for c in completions:
+        m = re.search(rf"<answer>\s*([{LETTERS}])\s*</answer>", c)
+        body = r"<answer>(" + "[A-D]" + r")</answer>"
+        out.append(float(m is not None and re.search(body, c) is not None))
+    return out
+
+
+def fallback(data_source, solution_str, ground_truth, extra_info=None):
+    if "</think>" in solution_str:
+        answer = solution_str.split("</think>")[-1]
+    else:
+        answer = solution_str
+    return float(answer.strip() == ground_truth)
+
+
+def unread_flag(data_source, solution_str, ground_truth, extra_info=None):
+    done = False
+    if "</think>" in solution_str:
+        solution_str = solution_str.split("</think>")[-1]
+        done = True
+    return float(solution_str.strip() == ground_truth)
+
+
+def quiet(data_source, solution_str, ground_truth, extra_info=None):
+    assert isinstance(solution_str, str), "expected <answer> text"
+    print("missing <answer> in {}".format(data_source))
+    logger.warning(msg="no </think> seen")
+    return float(solution_str == ground_truth)
+'''
+
+
+def test_review_cases_of_reading_how_a_reward_uses_its_tags(tmp_path):
+    """f-string and + pieces are no regex of their own; an else that keeps the text and a flag never read are cuts;
+    assert messages, .format() messages and msg= keywords are messages."""
+    (tmp_path / "r.py").write_text(REVIEWED)
+    assert [text for text, _ in inspect_reward(tmp_path / "r.py", "choice").needed] == [
+        r"<answer>\s*([", r"])\s*</answer>", "<answer>(", ")</answer>"]  # no compile error for the pieces
+    assert _needed(tmp_path / "r.py", "fallback") == []
+    assert _needed(tmp_path / "r.py", "unread_flag") == []
+    assert inspect_reward(tmp_path / "r.py", "quiet").uses == ["message", "message", "message"]
+
+
+def test_imports_followed_name_their_cycle_and_a_relative_one_is_refused_for_path_loading_engines(tmp_path):
+    """verl and EasyR1 load the reward file by its path: its relative import fails when the run starts."""
+    from vlforge.errors import ConfigError
+
+    (tmp_path / "a.py").write_text("from b import f\n")
+    (tmp_path / "b.py").write_text("from a import f\n")
+    with pytest.raises(ConfigError, match=r"'f' is imported from a, which imports it back: the imports form a cycle"):
+        inspect_reward(tmp_path / "a.py", "f")
+    (tmp_path / "top.py").write_text("from ...........far import f\n")
+    with pytest.raises(ConfigError, match="whose file vlforge cannot find"):
+        inspect_reward(tmp_path / "top.py", "f")
+    pkg = tmp_path / "rel"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "scores.py").write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                                   "    return 1.0\n")
+    (pkg / "entry.py").write_text("from .scores import compute_score\n")
+    info = inspect_reward(pkg / "entry.py", "compute_score")
+    assert info.via == "from .scores import compute_score" and info.file == pkg / "scores.py"
+    from vlforge.rl.spec import RunRequest, resolve
+
+    with pytest.raises(ConfigError, match=r"verl loads this file by its path, so its relative import \(from \.scores "
+                                          r"import compute_score\) fails when the run starts"):
+        resolve(RunRequest(engine="verl", model="tiny:qwen3_vl", reward=f"{pkg / 'entry.py'}:compute_score",
+                           reads_prompts=False))
+
+
+def test_the_rewrite_renames_an_escaped_slash_tag_and_names_a_capture_group_made_optional(tmp_path):
+    from vlforge.rl.rewrite import rewrite_reward_file
+
+    source = ('import re\n\ndef f(completions, **kwargs):\n'
+              '    return [float(bool(re.match(r"^<think>\\n(.*?)\\n<\\/think>\\n<answer>", c))) for c in completions]\n')
+    (tmp_path / "r.py").write_text(source)
+    info = inspect_reward(tmp_path / "r.py", "f")
+    renamed, manual = rewrite_reward_file(source, info.spans, info.uses, {"<think>": "<thinking>",
+                                                                         "</think>": "</thinking>"}, [])
+    assert r'r"^<thinking>\n(.*?)\n</thinking>\n<answer>"' in renamed and manual == []
+    optional, manual = rewrite_reward_file(source, info.spans, info.uses, {}, ["<think>", "</think>"],
+                                           "<think>\n\n</think>\n\n")
+    assert r'r"^(?:<think>\n(.*?)\n</think>\n)?<answer>"' in optional
+    assert manual == [(4, "a capture group is now inside the optional pre-filled part: where the reward reads it "
+                          "(match.group(n)), allow None")]

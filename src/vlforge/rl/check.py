@@ -198,6 +198,11 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
         notes.append("custom_reward_function (top level) is verl's older key: verl 0.9.1's main_ppo reads "
                      "reward.custom_reward_function only and scores with default_compute_score when that is unset "
                      "(its fully-async trainer moves the old key over); set reward.custom_reward_function.path / .name")
+    if spec.sources.get("skip_special_tokens") == "flag" and record.skip_key is None and \
+            spec.skip_special_tokens != record.skip_special_tokens:
+        notes.append(f"{spec.engine}'s own code decodes completions with skip_special_tokens="
+                     f"{record.skip_special_tokens} and no setting changes it: the check follows the flag, which "
+                     "describes a run with its own decode (a custom reward manager)")
     if text_prompt is not None:
         notes.append(f"TRL passes text prompts as they are (no chat template, so no template pre-fill): {spec.prompts}'s "
                      f"first prompt ends {text_prompt.rstrip()[-40:]!r}")

@@ -58,7 +58,7 @@ class RunFlags(StrictModel):
     """A format regex as the reward (instead of --reward): 1 when found in the completion."""
     skip_special_tokens: Annotated[bool | None, Flag("--skip-special-tokens/--keep-special-tokens")] = None
     """How completions are decoded for the reward (default: the engine's: verl, EasyR1, TRL skip; OpenRLHF keeps;
-    only EasyR1 has a setting that changes it)."""
+    only EasyR1 has a setting for it: elsewhere the flag describes a run with its own decode, and a note says so)."""
 
     def request(self) -> Any:
         from vlforge.rl.spec import RunRequest

@@ -145,10 +145,11 @@ def parse_launch(engine: str | None, args: list[str]) -> Launch:
     """The launch command ``args`` (with or without its launcher) in ``engine``'s grammar (None: the launcher's)."""
     from vlforge.rl.engines import engine as engine_record
 
-    if launcher_script := next((word for word in args[:2] if word.endswith(".sh")), None):
-        raise ConfigError(f"launch arguments: {launcher_script} is a shell script, which vlforge does not run or read: "
-                          "pass the command it launches (its python3 -m ... / trl grpo ... line, variables expanded)")
     rest, launcher, script = strip_launcher(args)
+    shell = next((word for word in args if word.endswith(".sh") and not word.startswith("-")), None)
+    if launcher is None and shell is not None:  # bash -x run.sh
+        raise ConfigError(f"launch arguments: {shell} is a shell script, which vlforge does not run or read: pass the "
+                          "command it launches (its python3 -m ... / trl grpo ... line, variables expanded)")
     known = LAUNCHERS.get(launcher or "")
     if engine is not None:
         engine_record(engine)

@@ -283,7 +283,7 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
         assert spec.reward_file is not None and spec.reward_function is not None
         info = inspect_reward(spec.reward_file, spec.reward_function, tuple(spec.reward_paths))
         score = load_scorer(spec.engine, info, kwargs=spec.reward_kwargs, extra_paths=spec.reward_paths,
-                            reward_type=spec.reward_type)
+                            reward_type=spec.reward_type, named=(spec.reward_file, spec.reward_function))
     started = time.perf_counter()
     loaded = load(spec.model, dtype=dtype, device=target, processor=any(r.images for r in rows))
     tokenizer = load_tokenizer(spec.tokenizer) if spec.tokenizer is not None else loaded.tokenizer

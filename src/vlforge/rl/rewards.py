@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import inspect
 import math
@@ -52,6 +53,9 @@ class RewardInfo:
     var_positional: bool = True
     spans: list[tuple[int, int, int, int]] = field(default_factory=list)
     """(line, column, end line, end column) of each pattern in the source, for rewrites."""
+    via: str | None = None
+    """The import the named file takes the function with (``from .scores import compute_score``), when ``file`` is
+    another module's."""
 
     @property
     def needed(self) -> list[tuple[str, bool]]:
@@ -102,22 +106,26 @@ _RANK = {"regex": 3, "literal": 2, "processing": 1, "message": 0}
 def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
     """How the expression ``node`` is used where it stands, or None when that does not say."""
     parent = parents.get(id(node))
-    while isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp)):  # f"...{x}..." / "a" + x
-        node, parent = parent, parents.get(id(parent))
+    while isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp)) or _formatted(node, parent, parents):
+        if isinstance(parent, ast.Attribute):  # "...{}".format(x): the call is the value
+            parent = parents.get(id(parent))
+        node, parent = parent, parents.get(id(parent))  # f"...{x}..." / "a" + x
+    if isinstance(parent, ast.Assert) and parent.msg is node:
+        return "message"
+    if isinstance(parent, ast.keyword) and _message_call(parents.get(id(parent)), parents):
+        return "message"  # logger.warning(msg="...")
     if isinstance(parent, ast.Compare):
         if not any(isinstance(op, (ast.In, ast.NotIn, ast.Eq, ast.NotEq)) for op in parent.ops):
             return None
         guard = parents.get(id(parent))  # `if "</think>" in s: s = s.split("</think>")[-1]` only guards a cut
         if isinstance(guard, ast.If) and guard.test is parent and isinstance(node, ast.Constant) and any(
                 isinstance(n, ast.Constant) and n.value == node.value and _use_at(n, parents) == "processing"
-                for statement in guard.body for n in ast.walk(statement)) and not _scores_the_test(guard):
+                for statement in guard.body for n in ast.walk(statement)) and not _scores_the_test(guard, parents):
             return "processing"
         return "literal"
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "len":
         return "processing"  # its length: an offset to cut at (``text[i + len("</think>"):]``)
-    if isinstance(parent, ast.Call) and node in parent.args and (
-            isinstance(parents.get(id(parent)), ast.Raise) or (parent.func.id if isinstance(parent.func, ast.Name)
-                                                               else getattr(parent.func, "attr", None)) in _MESSAGE_CALLS):
+    if isinstance(parent, ast.Call) and node in parent.args and _message_call(parent, parents):
         return "message"  # logged, printed or raised: says something, tests nothing
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and node in parent.args:
         name, owner = parent.func.attr, parent.func.value
@@ -129,12 +137,38 @@ def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
     return None
 
 
-def _scores_the_test(guard: ast.If) -> bool:
-    """The ``if`` does more than cut: an ``else`` branch (``else: return 0.0``), or a flag set in its body
-    (``complete = True``, read later to score), so a completion without the tag scores differently."""
-    return bool(guard.orelse) or any(
-        isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, (bool, int))
-        and any(isinstance(t, ast.Name) for t in n.targets) for statement in guard.body for n in ast.walk(statement))
+def _formatted(node: ast.AST, parent: ast.AST | None, parents: dict[int, ast.AST]) -> bool:
+    """``parent`` is ``node.format`` called: ``"...{}".format(x)``."""
+    call = parents.get(id(parent)) if isinstance(parent, ast.Attribute) else None
+    return isinstance(parent, ast.Attribute) and parent.attr == "format" and parent.value is node and \
+        isinstance(call, ast.Call) and call.func is parent
+
+
+def _message_call(call: ast.AST | None, parents: dict[int, ast.AST]) -> bool:
+    """``call`` logs, prints, warns or builds the exception a ``raise`` throws."""
+    if not isinstance(call, ast.Call):
+        return False
+    name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+    return name in _MESSAGE_CALLS or isinstance(parents.get(id(call)), ast.Raise)
+
+
+def _scores_the_test(guard: ast.If, parents: dict[int, ast.AST]) -> bool:
+    """The ``if`` does more than cut: its ``else`` returns, raises or sets a constant (``else: return 0.0``), or its
+    body sets a flag the function reads after it (``complete = True``), so a completion without the tag scores
+    differently. An ``else`` that only keeps the text (``else: answer = s``) is still a cut."""
+    def constant_set(statement: ast.stmt) -> bool:
+        return isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant)
+
+    if any(isinstance(n, (ast.Return, ast.Raise)) or constant_set(n) for statement in guard.orelse
+           for n in ast.walk(statement)):
+        return True
+    flags = {t.id for statement in guard.body for n in ast.walk(statement) if constant_set(n)
+             and isinstance(n.value.value, (bool, int)) for t in n.targets if isinstance(t, ast.Name)}
+    scope = guard
+    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        scope = parents.get(id(scope))
+    return scope is not None and any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in flags
+                                     and n.lineno > (guard.end_lineno or guard.lineno) for n in ast.walk(scope))
 
 
 def _cuts(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
@@ -255,6 +289,11 @@ def _reachable(tree: ast.Module, start: ast.AST) -> set[int]:
     return seen
 
 
+def _whole(node: ast.Constant, parents: dict[int, ast.AST]) -> bool:
+    """``node`` is a whole string, not a piece of an f-string or a ``+`` (``rf"<a>([{X}])"`` compiles only joined)."""
+    return not isinstance(parents.get(id(node)), (ast.JoinedStr, ast.FormattedValue, ast.BinOp))
+
+
 def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], within: set[int] | None = None,
                 *, shown_only: bool = False) -> str | None:
     """``regex`` (a regular expression a match is tested with), ``literal`` (a plain-text test: ``in``, ``==``,
@@ -280,10 +319,13 @@ def _imported_from(node: ast.ImportFrom, file: Path, search: tuple[Path, ...]) -
     """The file of the module ``node`` imports from (``from .utils import f`` beside ``file``; ``from pkg.mod import
     f`` in ``file``'s directory, ``search`` or ``sys.path``), or None."""
     parts = (node.module or "").split(".") if node.module else []
+    here = file.resolve().parents
     if node.level:
-        bases = [file.parent.parents[node.level - 2] if node.level > 1 else file.parent]
+        if node.level > len(here):
+            return None
+        bases = [here[node.level - 1]]
     else:
-        bases = [file.parent, *search, *(Path(p) for p in sys.path if p)]
+        bases = [here[0], *search, *(Path(p) for p in sys.path if p)]
     for base in bases:
         stem = base.joinpath(*parts) if parts else base
         for candidate in (stem.with_suffix(".py") if parts else None, stem / "__init__.py"):
@@ -292,10 +334,11 @@ def _imported_from(node: ast.ImportFrom, file: Path, search: tuple[Path, ...]) -
     return None
 
 
-def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *, _depth: int = 0) -> RewardInfo:
+def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
+                   _seen: frozenset[tuple[Path, str]] = frozenset()) -> RewardInfo:
     """Parse ``file`` and describe ``function``; a missing file, a syntax error or a missing function is one line.
-    A function the file imports (``from .scores import compute_score``, as verl and EasyR1 accept it) is read from
-    the module it comes from (found beside ``file``, on ``search`` or ``sys.path``)."""
+    A function the file imports (``from scores import compute_score``) is read from the module it comes from (found
+    beside ``file``, on ``search`` or ``sys.path``); ``via`` records the import."""
     if file.is_dir():
         raise ConfigError(f"--reward {file}: is a directory, not a Python file")
     if not file.is_file():
@@ -311,11 +354,16 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *, 
     if imported is not None and (not bindings or imported[0].lineno > bindings[-1].lineno):
         node, original = imported
         source = _imported_from(node, file, search)
-        if source is None or _depth > 8:
-            module = "." * node.level + (node.module or "")
+        module = "." * node.level + (node.module or "")
+        if source is None:
             raise ConfigError(f"--reward {file}: {function!r} is imported from {module}, whose file vlforge cannot "
                               "find (add its directory with --reward-path)")
-        return inspect_reward(source, original, search, _depth=_depth + 1)
+        seen = _seen | {(file.resolve(), function)}
+        if (source.resolve(), original) in seen:
+            raise ConfigError(f"--reward {file}: {function!r} is imported from {module}, which imports it back: the "
+                              "imports form a cycle and define no function")
+        found = inspect_reward(source, original, search, _seen=seen)
+        return dataclasses.replace(found, via=f"from {module} import {original}")  # the named file's own import
     found = [n for n in bindings if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     assigned = [n for n in bindings if isinstance(n, ast.Assign)]
     if not found and not assigned:
@@ -347,8 +395,9 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *, 
                 and id(node) in within and TAG_RE.search(node.value.replace("\\/", "/"))):  # r"<\/think>" too
             patterns.append(node.value)
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
-            uses.append(pattern_use(node, tree, parents, within) or "regex")
-            if pattern_use(node, tree, parents, within, shown_only=True) == "regex":
+            shown = pattern_use(node, tree, parents, within, shown_only=True)
+            uses.append(shown or "regex")
+            if shown == "regex" and _whole(node, parents):
                 try:  # the engine would raise at its first score
                     re.compile(node.value)
                 except re.error as error:
@@ -460,7 +509,8 @@ def _package_name(file: Path) -> str | None:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _load_function(file: Path, function: str, extra_paths: list[Path]) -> tuple[Callable, Any]:
+def _load_function(file: Path, function: str, extra_paths: list[Path], *, as_module: bool = False
+                   ) -> tuple[Callable, Any]:
     for path in extra_paths:
         if str(path) not in sys.path:
             sys.path.append(str(path))
@@ -474,11 +524,13 @@ def _load_function(file: Path, function: str, extra_paths: list[Path]) -> tuple[
         spec.loader.exec_module(module)
     except Exception as error:  # the user's module: any import or runtime error is theirs to read
         sys.modules.pop(name, None)
-        package = _package_name(file) if isinstance(error, ImportError) else None
+        package = _package_name(file) if as_module and isinstance(error, ImportError) else None
         try:  # relative imports: the module of its package, imported by its dotted name as TRL imports it
             module = importlib.import_module(package) if package is not None else None
         except Exception:  # the first error is the one to report
             module = None
+        if module is not None and Path(getattr(module, "__file__", "") or "").resolve() != file.resolve():
+            module = None  # another package of that name came first on sys.path
         if module is None:
             raise ConfigError(f"--reward {file}: importing it failed ({type(error).__name__}: {error}); "
                               "add the directories its imports need with --reward-path") from None
@@ -606,11 +658,14 @@ def _awaited(fn: Callable) -> Callable:
     return call
 
 
-def load_scorer(engine: str, info: RewardInfo, *, kwargs: dict | None = None,
-                extra_paths: list[Path] | None = None, reward_type: str | None = None) -> Scorer:
+def load_scorer(engine: str, info: RewardInfo, *, kwargs: dict | None = None, extra_paths: list[Path] | None = None,
+                reward_type: str | None = None, named: tuple[Path, str] | None = None) -> Scorer:
     """Run the reward file and wrap its function for ``engine``; ``reward_type`` (EasyR1's config key) over the
-    file's ``REWARD_TYPE``, else batch."""
-    fn, module = _load_function(info.file, info.function, list(extra_paths or []))
+    file's ``REWARD_TYPE``, else batch. ``named``: the file and function the run names (default: where ``info``
+    found the function), loaded as the engine loads it: by its path (verl, EasyR1), or as a module of its package
+    where it is in one (TRL imports ``module.function``, so relative imports work)."""
+    file, function = named or (info.file, info.function)
+    fn, module = _load_function(file, function, list(extra_paths or []), as_module=engine == "trl")
     if inspect.iscoroutinefunction(fn):  # verl awaits an async compute_score: one event loop per call here
         fn = _awaited(fn)
     reward_type = reward_type or str(getattr(module, "REWARD_TYPE", "batch"))

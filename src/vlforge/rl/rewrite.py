@@ -42,7 +42,7 @@ def optional_first(pattern: str, tag: str) -> str:
     return pattern[:at] + f"(?:{tag})?" + pattern[at + len(tag):]
 
 
-_SPACE_TOKEN = re.compile(r"(?:\\[nrst]|\\r\\n| |\n)(?:[*+?]|\{\d*,?\d*\})?\??")
+_SPACE_TOKEN = re.compile(r"(?:\\[nrst]| |\n)(?:[*+?]|\{\d*,?\d*\})?\??")
 """One whitespace item of a regex source (``\\n``, ``\\s*``, a space), with its quantifier."""
 
 
@@ -70,29 +70,35 @@ def optional_prefill(pattern: str, tags: list[str], prefill: str) -> str:
     first pre-filled tag to the last, and the whitespace after it when the pre-fill ends with whitespace
     (``^<think>\\n.*`` with the pre-fill ``<think>\\n`` -> ``^(?:<think>\\n)?.*``; Qwen3's ``<think>\\n\\n</think>\\n\\n``
     -> the whole think block). Each tag alone at its first place where that span does not stand as one group."""
+    return _optional_prefill(pattern, tags, prefill)[0]
+
+
+def _optional_prefill(pattern: str, tags: list[str], prefill: str) -> tuple[str, bool]:
+    """:func:`optional_prefill`, and whether the span made optional holds a capture group (the reward's
+    ``match.group(n)`` may then be None)."""
+    for tag in (t for t in tags if t not in prefill):  # not written by the pre-fill (a renamed tag): alone
+        pattern = optional_first(pattern, tag)
     ordered = sorted((t for t in tags if t in prefill), key=prefill.find)
     start = pattern.find(ordered[0]) if ordered else -1
     last = pattern.find(ordered[-1], start) if start >= 0 else -1
-    if last < 0:
-        for tag in tags:
-            pattern = optional_first(pattern, tag)
-        return pattern
-    end = last + len(ordered[-1])
-    if prefill[prefill.rfind(ordered[-1]) + len(ordered[-1]):].isspace():
+    end = last + len(ordered[-1]) if last >= 0 else -1
+    if last >= 0 and prefill[prefill.rfind(ordered[-1]) + len(ordered[-1]):].isspace():
         while match := _SPACE_TOKEN.match(pattern, end):
             end = match.end()
-    if not _self_contained(pattern[start:end]):
-        for tag in tags:
+    if last < 0 or not _self_contained(pattern[start:end]):
+        for tag in ordered:
             pattern = optional_first(pattern, tag)
-        return pattern
-    return pattern[:start] + f"(?:{pattern[start:end]})?" + pattern[end:]
+        return pattern, False
+    span = pattern[start:end]
+    return pattern[:start] + f"(?:{span})?" + pattern[end:], re.search(r"(?<!\\)\((?!\?)", span) is not None
 
 
-def _edit_pattern(text: str, mapping: dict[str, str], optional: list[str], prefill: str = "") -> str:
+def _edit_pattern(text: str, mapping: dict[str, str], optional: list[str], prefill: str = "") -> tuple[str, bool]:
+    """``text`` with tags renamed and the pre-filled span optional, and whether that made a capture group optional."""
     text = rewrite(text, mapping)
-    if optional:
-        text = optional_prefill(text, [mapping.get(tag, tag) for tag in optional], rewrite(prefill, mapping))
-    return text
+    if not optional:
+        return text, False
+    return _optional_prefill(text, [mapping.get(tag, tag) for tag in optional], rewrite(prefill, mapping))
 
 
 def _offset(lines: list[str], line: int, column: int) -> int:
@@ -102,20 +108,29 @@ def _offset(lines: list[str], line: int, column: int) -> int:
 
 
 def rewrite_reward_file(source: str, spans: list[tuple[int, int, int, int]], uses: list[str],
-                        mapping: dict[str, str], optional: list[str], prefill: str = "") -> tuple[str, list[int]]:
+                        mapping: dict[str, str], optional: list[str], prefill: str = ""
+                        ) -> tuple[str, list[tuple[int, str]]]:
     """The reward file with only its pattern constants (``spans`` and ``uses`` from
-    :func:`~vlforge.rl.rewards.inspect_reward`) rewritten: renamed tags everywhere, a pre-filled tag made optional
-    in regexes only (regex syntax in a plain-text test would never match). Also returns the lines of plain-text
-    tests that hold a pre-filled tag: no rewrite of a string makes them pass, they need an edit by hand."""
+    :func:`~vlforge.rl.rewards.inspect_reward`) rewritten: renamed tags everywhere, the pre-filled part made optional
+    in regexes only (regex syntax in a plain-text test would never match). Also returns ``(line, why)`` of the edits
+    left to a hand: a plain-text test that holds a pre-filled tag (no string makes it pass), a capture group made
+    optional."""
     lines = source.splitlines(keepends=True)
     out = source
-    manual: list[int] = []
+    manual: list[tuple[int, str]] = []
     for (line, col, end_line, end_col), use in sorted(zip(spans, uses, strict=True), reverse=True):
         start, end = _offset(lines, line, col), _offset(lines, end_line, end_col)
         text = out[start:end]
+        if use == "regex" and text[:1] in "rR":  # r"<\/think>" is the regex r"</think>": the tag can be renamed
+            text = text.replace("\\/", "/")
+        edited, captures = _edit_pattern(text, mapping, optional if use == "regex" else [], prefill)
         if use == "literal" and any(tag in text for tag in optional):
-            manual.append(line)
-        out = out[:start] + _edit_pattern(text, mapping, optional if use == "regex" else [], prefill) + out[end:]
+            manual.append((line, "a plain-text test of a pre-filled tag (startswith, in, ==): edit it by hand, no "
+                                 "string makes it pass"))
+        if captures:
+            manual.append((line, "a capture group is now inside the optional pre-filled part: where the reward reads "
+                                 "it (match.group(n)), allow None"))
+        out = out[:start] + edited + out[end:]
     return out, sorted(manual)
 
 
@@ -172,7 +187,7 @@ def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: st
     if mapping or optional:
         if spec.format_regex is not None:
             path = out / "format_regex.txt"
-            atomic_write_text(path, _edit_pattern(spec.format_regex, mapping, optional, prefill) + "\n",
+            atomic_write_text(path, _edit_pattern(spec.format_regex, mapping, optional, prefill)[0] + "\n",
                               writer="rl check")
             written[str(path)] = change
         else:
@@ -182,9 +197,7 @@ def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: st
             text, manual = rewrite_reward_file(info.file.read_text(), info.spans, info.uses, mapping, optional,
                                                prefill)
             atomic_write_text(path, text, writer="rl check")
-            written[str(path)] = change + "".join(
-                f"; line {line}: a plain-text test of a pre-filled tag (startswith, in, ==): edit it by hand, no "
-                "string makes it pass" for line in manual)
+            written[str(path)] = change + "".join(f"; line {line}: {why}" for line, why in manual)
     if mapping and template_text is not None and any(k in template_text for k in mapping):
         path = out / "chat_template.jinja"
         atomic_write_text(path, rewrite(template_text, mapping), writer="rl check")

@@ -211,11 +211,6 @@ def resolve(request: RunRequest) -> RunSpec:
         if re.search(found["format_regex"], "") is not None:
             raise ConfigError(f"--format-regex {found['format_regex']!r}: matches the empty string, so every "
                               "completion: the reward could never tell two completions apart")
-    asked = found.get("skip_special_tokens")
-    if sources.get("skip_special_tokens") == "flag" and record.skip_key is None and asked != record.skip_special_tokens:
-        flag = "--skip-special-tokens" if asked else "--keep-special-tokens"
-        raise ConfigError(f"{flag}: {name} decodes completions with skip_special_tokens={record.skip_special_tokens} "
-                          "and no setting changes it: checking another decode would describe another run")
     if "skip_special_tokens" not in found:
         found["skip_special_tokens"] = record.skip_special_tokens
         sources["skip_special_tokens"] = f"{name} decodes with skip_special_tokens={record.skip_special_tokens}"
@@ -234,7 +229,7 @@ def resolve(request: RunRequest) -> RunSpec:
     if found.get("tokenizer") is not None and not Path(found["tokenizer"]).is_dir():
         raise ConfigError(f"--tokenizer {found['tokenizer']}: not a directory")
     if found.get("prompts") is not None and (request.reads_prompts or sources.get("prompts") == "flag"
-                                             or Path(found["prompts"]).exists()):  # a local train file: read as the run will
+                                             or Path(found["prompts"]).is_file()):  # a local train file: read as the run will
         from vlforge.rl.prompts import PROMPT_KEYS, check_prompts_file
 
         with _named_by(sources, "prompts", "--prompts"):
@@ -244,8 +239,11 @@ def resolve(request: RunRequest) -> RunSpec:
 
         from_flag = sources.get("reward_file", "flag") == "flag"
         problem = call_problem(info, name, keywords=set(found.get("reward_kwargs", {})), verl_positional=from_flag)
+        if problem is None and info.via is not None and info.via.startswith("from .") and name in ("verl", "easyr1"):
+            problem = (f"{name} loads this file by its path, so its relative import ({info.via}) fails when the run "
+                       f"starts: import it absolutely, or name {info.file} itself")
         if problem is not None:
-            where = f"--reward {info.file}:{info.function}" if from_flag else sources["reward_file"]
+            where = f"--reward {found['reward_file']}:{found['reward_function']}" if from_flag else sources["reward_file"]
             raise ConfigError(f"{where}: {problem}")
     from vlforge.models.refs import check_model_ref
 
