@@ -35,8 +35,10 @@ from vlforge.data.config import ResolvedEntry
 from vlforge.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
+    from vlforge.data.errors import SkipLedger
+    from vlforge.data.layouts import RecordFormat
     from vlforge.data.schema import MediaPart
-    from vlforge.data.sources import RawRecord
+    from vlforge.data.sources import RawRecord, Source
     from vlforge.data.vision_settings import VisionSettings
 
 CHECK_RECORDS = 1000
@@ -248,10 +250,10 @@ def _check_options(part: MediaPart, settings: VisionSettings | None, raw: RawRec
         raise SampleError("schema", raw.source, raw.location, str(error)) from None
 
 
-def _read_head(source: Any, count: int, fmt: Any, entry: ResolvedEntry, settings: VisionSettings | None,
-               escape: bool) -> tuple[Any, list[str]]:
-    """The first ``count`` records of ``source`` read as training reads them (nothing decoded): a
-    :class:`~vlforge.data.errors.SkipLedger` of the failures and the first :data:`SHOWN_FAILURES` of them."""
+def _read_head(source: Source, count: int, fmt: RecordFormat, entry: ResolvedEntry, settings: VisionSettings | None,
+               escape: bool) -> tuple[SkipLedger, list[str]]:
+    """The first ``count`` records of ``source`` read as training reads them (nothing decoded): the ledger of their
+    failures and the first :data:`SHOWN_FAILURES` failures' lines."""
     from vlforge.data.errors import SampleError, SkipLedger
     from vlforge.data.media import FrameFiles, resolve_item
     from vlforge.data.schema import parse_conversation
