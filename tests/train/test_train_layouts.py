@@ -82,5 +82,5 @@ def test_a_file_without_chat_records_stops_train_before_the_model_loads(tmp_path
         f"error: {tmp_path / 'run.yaml'}: data.dataset_path: {tmp_path / 'rows.jsonl'}:line 1: no chat record in the "
         "first 3 record(s) of the file (first: schema: record needs a non-empty 'messages' list of {role, content} "
         "turns, a 'conversations' list of {from, value} turns (LLaVA / ShareGPT), a 'texts' list of {user, "
-        "assistant} exchanges (The Cauldron) or 'instruction' and 'output' keys (alpaca))")
+        "assistant} exchanges (The Cauldron), 'prompt' and 'completion' (TRL) or 'instruction' and 'output' keys (alpaca))")
     assert not (tmp_path / "out").exists()
