@@ -140,6 +140,17 @@ def test_probe_reads_image_prompts_as_verl_does(tiny_checkpoint, tmp_path) -> No
                              "--max-new-tokens", "4", "--json")
     report = json.loads(stdout)
     assert code == 3 and report["prompts"] == 1 and len(report["groups"][0]["rewards"]) == 2
+    rows[0]["images"] = [{"bytes": b"not a png", "path": None}]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "bad.parquet")
+    code, _, stderr = invoke("rl", "probe", "--engine", "verl", "--model", tiny_checkpoint("qwen3_vl"), "--prompts",
+                             tmp_path / "bad.parquet", "--format-regex", "<think>", "--samples", "2")
+    assert code == 2 and f"error: {tmp_path / 'bad.parquet'}: prompt 0: cannot read its image (cannot identify image " \
+        "file (in memory))" in stderr, stderr
+    assert "loaded" not in stderr  # before the model
+    (tmp_path / "ds").mkdir()
+    code, _, stderr = invoke("rl", "probe", "--engine", "verl", "--model", tiny_checkpoint("qwen3_vl"), "--prompts",
+                             tmp_path / "ds", "--format-regex", "<think>", "--samples", "2")
+    assert code == 2 and "is a directory (EasyR1 and TRL load one with the datasets library)" in stderr, stderr
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the device exists here")

@@ -40,6 +40,11 @@ _OBJECT_REPR = re.compile(r"<_io\.\w+ object at 0x[0-9a-f]+>")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
+def image_error(error: BaseException) -> str:
+    """Pillow's message for an image it cannot read, an in-memory file named ``(in memory)`` (not its object repr)."""
+    return _OBJECT_REPR.sub("(in memory)", str(error))
+
+
 @dataclass(frozen=True)
 class Media:
     """A resolved reference: exactly one of ``path`` and ``data`` is set; ``label`` is for messages."""
@@ -161,5 +166,5 @@ def load_image(media: Media, *, source: str, location: str) -> Image.Image:
             img.load()
             return img.convert("RGB")
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        why = _OBJECT_REPR.sub("(in memory)", str(exc))  # Pillow names an in-memory file by its object repr
+        why = image_error(exc)
         raise SampleError("corrupt_image", source, location, f"cannot decode image {media.label}: {why}") from exc

@@ -103,6 +103,8 @@ def _images(row: Any) -> list:
 
     from PIL import Image
 
+    from vlforge.data.media import image_error
+
     out = []
     for item in row.images:
         if isinstance(item, dict):
@@ -120,7 +122,7 @@ def _images(row: Any) -> list:
                 image = Image.open(item)
                 image.load()
             except (OSError, ValueError, Image.DecompressionBombError) as error:
-                raise ConfigError(f"prompt {row.index}: cannot read its image ({error})") from None
+                raise ConfigError(f"prompt {row.index}: cannot read its image ({image_error(error)})") from None
             item = image
         if not hasattr(item, "convert"):
             raise ConfigError(f"prompt {row.index}: an image of type {type(item).__name__} is not one vlforge reads")
@@ -276,6 +278,11 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
     rows = read_prompts(spec.prompts, engine=spec.engine, prompt_key=spec.prompt_key, answer_key=spec.answer_key,
                         image_key=spec.image_key, format_prompt=spec.format_prompt, image_dir=spec.image_dir,
                         limit=max_prompts)
+    try:  # every prompt's images, before the model loads: a bad one is one line naming the file
+        for row in rows:
+            _images(row)
+    except ConfigError as error:
+        raise ConfigError(f"{spec.prompts}: {error}") from None
     reward, patterns = reward_patterns(spec)
     if spec.format_regex is not None:
         score = regex_scorer(spec.format_regex)

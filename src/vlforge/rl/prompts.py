@@ -62,6 +62,9 @@ def check_prompts_file(path: Path, key: str) -> None:
         hub = "" if path.suffix or path.is_absolute() or len(path.parts) != 2 else (
             " (a hub dataset name? vlforge reads no network: pass --prompts with a local parquet or JSONL copy)")
         raise DataError(f"--prompts {path}: not found{hub}")
+    if path.is_dir():
+        raise DataError(f"--prompts {path}: is a directory (EasyR1 and TRL load one with the datasets library): pass "
+                        "one of its data files")
     if path.suffix not in SUFFIXES:
         raise DataError(f"--prompts {path}: expected {', '.join(SUFFIXES)}")
     if path.suffix == ".parquet":
