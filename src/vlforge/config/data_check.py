@@ -37,8 +37,7 @@ from vlforge.errors import ConfigError, DataError
 if TYPE_CHECKING:
     from vlforge.data.errors import SkipLedger
     from vlforge.data.layouts import RecordFormat
-    from vlforge.data.schema import MediaPart
-    from vlforge.data.sources import RawRecord, Source
+    from vlforge.data.sources import Source
     from vlforge.data.vision_settings import VisionSettings
 
 CHECK_RECORDS = 1000
@@ -237,19 +236,6 @@ def _run_settings(cfg: TrainConfig) -> VisionSettings | None:
         return None
 
 
-def _check_options(part: MediaPart, settings: VisionSettings | None, raw: RawRecord) -> None:
-    """A media item's own options (``max_frames``, ``min_pixels``, ...) hold under the run's settings."""
-    from vlforge.data.errors import SampleError
-    from vlforge.data.vision_settings import item_settings
-
-    if settings is None or not part.options:
-        return
-    try:
-        item_settings(settings, part.options, part.kind)
-    except ValueError as error:
-        raise SampleError("schema", raw.source, raw.location, str(error)) from None
-
-
 def _read_head(source: Source, count: int, fmt: RecordFormat, entry: ResolvedEntry, settings: VisionSettings | None,
                escape: bool) -> tuple[SkipLedger, list[str]]:
     """The first ``count`` records of ``source`` read as training reads them (nothing decoded): the ledger of their
@@ -257,6 +243,7 @@ def _read_head(source: Source, count: int, fmt: RecordFormat, entry: ResolvedEnt
     from vlforge.data.errors import SampleError, SkipLedger
     from vlforge.data.media import FrameFiles, resolve_item
     from vlforge.data.schema import parse_conversation
+    from vlforge.data.vision_settings import item_settings
 
     ledger, examples = SkipLedger(), []
     for raw in source.head(count):
@@ -270,7 +257,8 @@ def _read_head(source: Source, count: int, fmt: RecordFormat, entry: ResolvedEnt
                                      location=raw.location, allow_path_escape=escape)
                 for i in range(len(found) if isinstance(found, FrameFiles) else 0):
                     found.frame(i)  # every frame of a frame list exists (training reads those it keeps)
-                _check_options(part, settings, raw)
+                if settings is not None and part.options:
+                    item_settings(settings, part.options, part.kind, source=raw.source, location=raw.location)
         except SampleError as error:
             ledger.record(error)
             if len(examples) < SHOWN_FAILURES:

@@ -27,7 +27,7 @@ from vlforge.data.errors import SampleError
 from vlforge.data.lmms_labels import VideoLayout, encode_lmms
 from vlforge.data.media import load_image, resolve_item
 from vlforge.data.rope import mrope_position_ids
-from vlforge.data.schema import Conversation, MediaPart, TextPart
+from vlforge.data.schema import Conversation, TextPart
 from vlforge.data.video import decode_video, frame_timestamps
 from vlforge.data.vision import process_images, process_video_frames
 from vlforge.data.vision_settings import VisionSettings, item_settings
@@ -118,11 +118,11 @@ class QwenVLProcessor:
             media = resolve_item(part.kind, part.ref, part.options, data_folder, allow_path_escape=allow_path_escape,
                                  **where)
             if part.kind == "image":
-                images.append((load_image(media, **where), self._item_settings(part, conv)))
+                images.append((load_image(media, **where), item_settings(self.settings, part.options, part.kind, **where)))
                 texts.append(("image", len(images) - 1))
                 layouts.append(None)
                 continue
-            video_settings = self._item_settings(part, conv)
+            video_settings = item_settings(self.settings, part.options, part.kind, **where)
             video = decode_video(media, video_settings, item_frames=part.options.get("frame_num"), **where)
             tensors = process_video_frames(video.frames, video_settings)
             t, h, w = tensors["video_grid_thw"][0].tolist()
@@ -151,13 +151,6 @@ class QwenVLProcessor:
             else:
                 rendered.append(value)
         return rendered, out, layouts
-
-    def _item_settings(self, part: MediaPart, conv: Conversation) -> VisionSettings:
-        """The settings with the item's own options; a bad option is a sample error."""
-        try:
-            return item_settings(self.settings, part.options, part.kind)
-        except ValueError as error:
-            raise SampleError("schema", conv.source, conv.location, str(error)) from None
 
     def _video_text(self, indices: list[int], video_fps: float, grid_t: int, per_frame: int) -> str:
         """Placeholder text of one video, as the family's HF processor writes it."""

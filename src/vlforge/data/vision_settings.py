@@ -4,9 +4,10 @@ options (:func:`item_settings`). No torch: ``vlforge validate`` checks a record'
 Example:
     >>> VisionSettings.for_family("qwen3_vl").patch_size
     16
-    >>> item_settings(VisionSettings.for_family("qwen2_vl"), {"video_max_frames": 1}, "video")
+    >>> item_settings(VisionSettings.for_family("qwen2_vl"), {"video_max_frames": 1}, "video", source="d.jsonl",
+    ...               location="line 3")
     Traceback (most recent call last):
-    ValueError: video option max_frames / video_max_frames: 1 is less than the 2 frames of one temporal patch
+    vlforge.data.errors.SampleError: d.jsonl:line 3: schema: video option max_frames / video_max_frames: 1 is less than the 2 frames of one temporal patch
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
+from vlforge.data.errors import SampleError
 from vlforge.data.schema import FRAME_LIST_KEYS, video_option_name
 from vlforge.models.families import CLIP_MEAN, CLIP_STD, family, uses_image_processor
 from vlforge.strict import StrictModel, field_error, first_problem
@@ -108,10 +110,12 @@ def _defaults(name: str) -> dict[str, Any]:
     return {**record.vision_defaults, "image_processor": record.image_processor_class}
 
 
-def item_settings(settings: VisionSettings, options: dict[str, Any], kind: str) -> VisionSettings:
+def item_settings(settings: VisionSettings, options: dict[str, Any], kind: str, *, source: str = "",
+                  location: str = "") -> VisionSettings:
     """``settings`` with one media item's own options (an image's ``min_pixels`` / ``max_pixels``, a video's ``fps``
     / ``frame_num`` / ``video_*``, as :func:`vlforge.data.schema.parse_conversation` reads them); a bad option is a
-    :class:`ValueError` naming it as the record may write it."""
+    ``schema`` :class:`~vlforge.data.errors.SampleError` of the record at ``source`` / ``location``, naming the option
+    as the record may write it."""
     overrides = {key: value for key, value in options.items() if key not in FRAME_LIST_KEYS}  # read when resolved
     if not overrides:
         return settings
@@ -124,5 +128,5 @@ def item_settings(settings: VisionSettings, options: dict[str, Any], kind: str) 
     except ValidationError as exc:
         loc, message, _ = first_problem(exc)
         option = ".".join(map(str, loc))
-        raise ValueError(f"{kind} option {video_option_name(option) if kind == 'video' else option}: "
-                         f"{message}") from None
+        raise SampleError("schema", source, location, f"{kind} option "
+                          f"{video_option_name(option) if kind == 'video' else option}: {message}") from None

@@ -142,8 +142,10 @@ def render_prompt(tokenizer: Any, processor: Any, row: Any, template_text: str |
 
 def sample_groups(model: Any, tokenizer: Any, processor: Any, rows: list, *, score: Callable[[list[Sample]], list[float]],
                   template_text: str | None, template_vars: dict, skip_special_tokens: bool, samples: int,
-                  max_new_tokens: int, temperature: float, seed: int, progress: bool = False) -> Sampled:
-    """``samples`` completions per row from ``model.generate``, decoded and scored; one group per row."""
+                  max_new_tokens: int, temperature: float, seed: int, progress: bool = False,
+                  images: list[list] | None = None) -> Sampled:
+    """``samples`` completions per row from ``model.generate``, decoded and scored; one group per row. ``images``:
+    each row's images already read (else they are read here)."""
     import torch
 
     eos = model.generation_config.eos_token_id
@@ -159,7 +161,8 @@ def sample_groups(model: Any, tokenizer: Any, processor: Any, rows: list, *, sco
         for n, row in enumerate(rows):
             prompt_text = render_prompt(tokenizer, processor, row, template_text, template_vars)
             if row.images and processor is not None:
-                inputs = processor(text=[prompt_text], images=_images(row), return_tensors="pt")
+                inputs = processor(text=[prompt_text], images=images[n] if images is not None else _images(row),
+                                   return_tensors="pt")
             else:
                 inputs = tokenizer(prompt_text, return_tensors="pt", add_special_tokens=False)
             inputs = {k: v.to(device) if hasattr(v, "to") else v for k, v in inputs.items()}
@@ -279,8 +282,7 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
                         image_key=spec.image_key, format_prompt=spec.format_prompt, image_dir=spec.image_dir,
                         limit=max_prompts)
     try:  # every prompt's images, before the model loads: a bad one is one line naming the file
-        for row in rows:
-            _images(row)
+        images = [_images(row) for row in rows]
     except ConfigError as error:
         raise ConfigError(f"{spec.prompts}: {error}") from None
     reward, patterns = reward_patterns(spec)
@@ -306,6 +308,6 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
     sampled = sample_groups(
         loaded.model, tokenizer, processor, rows, score=score, template_text=spec.template_text,
         template_vars=spec.template_vars, skip_special_tokens=spec.skip_special_tokens, samples=group,
-        max_new_tokens=new_tokens, temperature=spec.temperature, seed=seed, progress=progress)
+        max_new_tokens=new_tokens, temperature=spec.temperature, seed=seed, progress=progress, images=images)
     return build_report(spec, sampled, tokenizer=tokenizer, reward=reward, tags=tags, samples=group,
                         max_new_tokens=new_tokens, seed=seed, load_seconds=load_seconds, notes=notes)

@@ -321,13 +321,15 @@ def _imported_from(node: ast.ImportFrom, file: Path, search: tuple[Path, ...]) -
     parts = (node.module or "").split(".") if node.module else []
     here = file.resolve().parents
     if node.level:
-        if node.level > len(here):
-            return None
-        bases = [here[node.level - 1]]
-    else:
-        bases = [here[0], *search, *(Path(p) for p in sys.path if p)]
-    for base in bases:
-        stem = base.joinpath(*parts) if parts else base
+        return _module_file(parts, [here[node.level - 1]]) if node.level <= len(here) else None
+    return _module_file(parts, [here[0], *search])
+
+
+def _module_file(parts: list[str], bases: list[Path]) -> Path | None:
+    """The file of the module ``parts`` (``["pkg", "mod"]``; empty: the package at a base) under the first of
+    ``bases`` then ``sys.path`` that holds it: ``pkg/mod.py`` or ``pkg/mod/__init__.py``."""
+    for base in [*bases, *(Path(p) for p in sys.path if p)]:
+        stem = base.joinpath(*parts)
         for candidate in (stem.with_suffix(".py") if parts else None, stem / "__init__.py"):
             if candidate is not None and candidate.is_file():
                 return candidate
@@ -349,7 +351,8 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
         raise ConfigError(f"--reward {file}:{error.lineno}: not valid Python ({error.msg})") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"--reward {file}: cannot read ({error})") from None
-    bindings = _module_bindings(tree).get(function, [])  # also inside a module-level try / if
+    defined = _module_bindings(tree)
+    bindings = defined.get(function, [])  # also inside a module-level try / if
     imported = _import_of(tree, function)
     if imported is not None and (not bindings or imported[0].lineno > bindings[-1].lineno):
         node, original = imported
@@ -367,7 +370,7 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     found = [n for n in bindings if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     assigned = [n for n in bindings if isinstance(n, ast.Assign)]
     if not found and not assigned:
-        names = [key for key, nodes in _module_bindings(tree).items()
+        names = [key for key, nodes in defined.items()
                  if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in nodes)]
         from vlforge.errors import did_you_mean
 
@@ -486,11 +489,9 @@ def resolve_module_function(ref: str, search: list[Path]) -> tuple[Path, str]:
             raise ConfigError(f"reward_funcs {ref!r}: not a module.function path, and no reward of TRL "
                               "(trl.rewards) has that name (is trl installed? pip install 'vlforge[trl]')")
         return found, ref
-    relative = Path(*module.split("."))
-    for base in [*search, *(Path(p) for p in sys.path if p)]:
-        for candidate in (base / relative.with_suffix(".py"), base / relative / "__init__.py"):
-            if candidate.is_file():
-                return candidate, function
+    found = _module_file(module.split("."), search)
+    if found is not None:
+        return found, function
     raise ConfigError(f"reward_funcs {ref!r}: no file for module {module!r} in the working directory, "
                       "--reward-path or sys.path")
 
