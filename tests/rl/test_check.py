@@ -102,6 +102,10 @@ def test_special_tags_stripped_by_the_decode(special_think, tmp_path) -> None:
     assert code == 3 and set(_problems(report)) == {"stripped"}
     assert all(t["stripped"] and t["special"] == [True] for t in report["tags"])
     assert "always decodes with skip_special_tokens=True" in _problems(report)["stripped"]["fix"]
+    code, stdout, _ = invoke("rl", "check", "--model", special_think, "--engine", "verl", "--format-regex",
+                             r"^(?:<think>.*</think>|\\boxed\{.*\})", "--json")  # either form scores: nothing is needed
+    either = json.loads(stdout)
+    assert either["tags"] == [] and "stripped" not in _problems(either), either
     code, stdout, _ = invoke("rl", "check", "--model", special_think, "--engine", "verl", *regex,
                              "--keep-special-tokens", "--json")
     kept = json.loads(stdout)

@@ -390,3 +390,21 @@ def test_the_rewrite_renames_an_escaped_slash_tag_and_names_a_capture_group_made
     assert r'r"^(?:<think>\n(.*?)\n</think>\n)?<answer>"' in optional
     assert manual == [(4, "a capture group is now inside the optional pre-filled part: where the reward reads it "
                           "(match.group(n)), allow None")]
+
+
+def test_an_alternation_requires_only_the_tags_every_alternative_holds():
+    """`(<think>|<reasoning>)` is matched by either tag: neither is required; a tag in every alternative is (the
+    parser factors a shared prefix out of the alternatives, `<think>|<thinking>` shares `<think`)."""
+    from vlforge.rl.check import required_tags
+
+    def tags(pattern: str, added: tuple[str, ...] = ()) -> list[str]:
+        return required_tags([(pattern, True)], list(added))
+
+    assert tags(r"(<think>|<reasoning>).*</answer>") == ["</answer>"]
+    assert tags(r"<think>.*</think>|<answer>.*</answer>") == []
+    assert tags(r"<think>|<thinking>") == []
+    assert tags(r"(<think>x|<think>y)</think>") == ["<think>", "</think>"]
+    assert tags(r"(?:<think>.*</think>\n<answer>|<think>.*</think><answer>)") == ["<think>", "</think>", "<answer>"]
+    assert tags(r"(◁think▷a|◁think▷b)", ("◁think▷",)) == ["◁think▷"]
+    assert tags(r"^<think>.*</think>(?:<answer>|\\boxed)") == ["<think>", "</think>"]
+    assert tags(r"<think>.*</think>", ()) == ["<think>", "</think>"]

@@ -106,7 +106,7 @@ def required_tags(patterns: list[tuple[str, bool]], added: list[str]) -> list[st
 
     out: list[str] = []
     for pattern, is_regex in patterns:
-        for run in pattern_literals(pattern, regex=is_regex):
+        for run in pattern_literals(pattern, regex=is_regex, added=added):
             for _s, _e, tag in find_tags(run, added):
                 if tag not in out:
                     out.append(tag)

@@ -458,12 +458,13 @@ def call_problem(info: RewardInfo, engine: str, *, keywords: set[str], verl_posi
     return None
 
 
-def pattern_literals(pattern: str, *, regex: bool = True) -> list[str]:
-    """The literal runs every match of ``pattern`` holds, or the string itself when it is not (used as) a regex."""
+def pattern_literals(pattern: str, *, regex: bool = True, added: list[str] | None = None) -> list[str]:
+    """The literal runs every match of ``pattern`` holds (of an alternation, the tags every alternative holds;
+    ``added``: the tokenizer's added-token contents), or the string itself when it is not (used as) a regex."""
     if not regex:
         return [pattern]
     try:
-        return regex_literals(pattern, required_only=True)
+        return regex_literals(pattern, required_only=True, added=added)
     except TemplateError:
         return [pattern]
 

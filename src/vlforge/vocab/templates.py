@@ -173,7 +173,8 @@ def template_tags(tok, template: str | None, variables: dict | None, source: str
     return uses, probe
 
 
-def _literal_runs(parsed, runs: list[str], current: list[str], required_only: bool = False) -> None:
+def _literal_runs(parsed, runs: list[str], current: list[str], required_only: bool = False,
+                  added: list[str] | None = None) -> None:
     c = _constants
     repeats = tuple(getattr(c, n) for n in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT") if hasattr(c, n))
     for op, av in parsed:
@@ -185,39 +186,52 @@ def _literal_runs(parsed, runs: list[str], current: list[str], required_only: bo
         if op is c.BRANCH:  # the parser factors a common prefix out of the branches: carry it into each
             prefix = list(current)
             current.clear()
+            alternatives: list[list[str]] = []
             for branch in av[1]:
+                own: list[str] = []
                 carried = list(prefix)
-                _literal_runs(branch, runs, carried, required_only)
+                _literal_runs(branch, own, carried, required_only, added)
                 if carried:
-                    runs.append("".join(carried))
+                    own.append("".join(carried))
+                alternatives.append(own)
+            runs.extend(_shared_tags(alternatives, added or []) if required_only else
+                        [run for own in alternatives for run in own])
             continue
         if current:
             runs.append("".join(current))
             current.clear()
         if op is c.SUBPATTERN:
-            _literal_runs(av[-1], runs, current, required_only)
+            _literal_runs(av[-1], runs, current, required_only, added)
         elif op in repeats:
             if not (required_only and av[0] == 0):  # ``(?:<think>)?``: a match need not hold it
-                _literal_runs(av[2], runs, current, required_only)
+                _literal_runs(av[2], runs, current, required_only, added)
         elif op is getattr(c, "ATOMIC_GROUP", None):
-            _literal_runs(av, runs, current, required_only)
+            _literal_runs(av, runs, current, required_only, added)
         elif op is c.ASSERT:  # ``(?=.*<think>)``: every match is followed (or preceded) by its text
-            _literal_runs(av[1], runs, current, required_only)
+            _literal_runs(av[1], runs, current, required_only, added)
         if current:
             runs.append("".join(current))
             current.clear()
 
 
-def regex_literals(pattern: str, *, required_only: bool = False) -> list[str]:
+def _shared_tags(alternatives: list[list[str]], added: list[str]) -> list[str]:
+    """The tags (:func:`find_tags`) every alternative's runs hold, in the first alternative's order: what a match
+    holds whichever alternative it takes."""
+    found = [[tag for run in runs for _s, _e, tag in find_tags(run, added)] for runs in alternatives]
+    return [tag for tag in dict.fromkeys(found[0]) if all(tag in other for other in found[1:])]
+
+
+def regex_literals(pattern: str, *, required_only: bool = False, added: list[str] | None = None) -> list[str]:
     """Maximal runs of literal text in a regular expression; ``required_only``: only those every match must contain
-    (not inside an optional group or a ``*`` repeat; a branch's alternatives are all kept)."""
+    (not inside an optional group or a ``*`` repeat; of an alternation, only the tags - added-token contents in
+    ``added``, tag-shaped text - that every alternative holds)."""
     try:
         parsed = _parser.parse(pattern)
     except re.error as error:
         raise TemplateError(f"reward regex {pattern!r} does not compile: {error}") from error
     runs: list[str] = []
     current: list[str] = []
-    _literal_runs(parsed, runs, current, required_only)
+    _literal_runs(parsed, runs, current, required_only, added)
     if current:
         runs.append("".join(current))
     return [r for r in runs if r]
