@@ -63,6 +63,24 @@ def test_verl_own_config_and_geo3k_scorer(base, verl_parquet, verl_site, tmp_pat
     assert code == 0, stdout
 
 
+def test_a_tag_read_with_a_fallback_to_the_whole_text_is_a_warning(base, tmp_path) -> None:
+    """`m.group(1) if m else solution_str`: a completion without the tags is scored on its text, so untrained tags
+    make the run weak, not dead; the rewrite still renames them in that regex."""
+    (tmp_path / "r.py").write_text(
+        "import re\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    m = re.search(r'<think>.*</think>(.*)', solution_str, re.S)\n"
+        "    answer = m.group(1) if m else solution_str\n    return float(answer.strip() == ground_truth)\n")
+    code, stdout, _ = invoke("rl", "check", "--engine", "verl", "--model", base, "--reward",
+                             f"{tmp_path / 'r.py'}:compute_score", "--rewrite-out", tmp_path / "fix", "--json")
+    report = json.loads(stdout)
+    assert code == 1 and report["verdict"] == "weak", report["problems"]
+    assert [(t["tag"], t["verdict"], t["fallback"]) for t in report["tags"]] == [
+        ("<think>", "untrained", True), ("</think>", "untrained", True)]
+    untrained = _problems(report)["untrained"]
+    assert untrained["severity"] == "warning" and "whether that scores depends on its grader" in untrained["message"]
+    assert "r'<thinking>.*</thinking>(.*)'" in (tmp_path / "fix" / "r.py").read_text()
+
+
 def test_verls_older_top_level_reward_key_is_checked_with_a_note(tiny_checkpoint, tmp_path) -> None:
     """`custom_reward_function.path=...` of older verl scripts: verl 0.9.1's main_ppo no longer reads it."""
     (tmp_path / "r.py").write_text("import re\n\ndef compute_score(data_source, solution_str, ground_truth, "

@@ -408,3 +408,74 @@ def test_an_alternation_requires_only_the_tags_every_alternative_holds():
     assert tags(r"(◁think▷a|◁think▷b)", ("◁think▷",)) == ["◁think▷"]
     assert tags(r"^<think>.*</think>(?:<answer>|\\boxed)") == ["<think>", "</think>"]
     assert tags(r"<think>.*</think>", ()) == ["<think>", "</think>"]
+
+
+FALLBACKS = r'''import re
+
+ANSWER = r"<answer>(.*?)</answer>"
+
+
+def group_or_text(data_source, solution_str, ground_truth, extra_info=None):
+    m = re.search(r"<answer>(.*?)</answer>", solution_str, re.S)
+    answer = m.group(1).strip() if m else solution_str.strip()
+    return float(answer == ground_truth)
+
+
+def text_unless_found(completions, solution, **kwargs):
+    out = []
+    for content, sol in zip(completions, solution):
+        found = re.findall(ANSWER, content)
+        answer = content if not found else found[-1]
+        out.append(float(answer == sol))
+    return out
+
+
+def walrus(data_source, solution_str, ground_truth, extra_info=None):
+    answer = m.group(1) if (m := re.search(r"</think>(.*)", solution_str, re.S)) else solution_str
+    return float(answer.strip() == ground_truth)
+
+
+def if_else_text(data_source, solution_str, ground_truth, extra_info=None):
+    match = re.search(r"<answer>(.*?)</answer>", solution_str)
+    if match:
+        answer = match.group(1)
+    else:
+        answer = solution_str
+    return float(answer == ground_truth)
+
+
+def group_or_empty(data_source, solution_str, ground_truth, extra_info=None):
+    m = re.search(r"<answer>(.*?)</answer>", solution_str)
+    answer = m.group(1) if m else ""
+    return float(answer == ground_truth)
+
+
+def none_scores_zero(data_source, solution_str, ground_truth, extra_info=None):
+    m = re.search(r"<answer>(.*?)</answer>", solution_str)
+    if m is None:
+        return 0.0
+    answer = m.group(1) if m else solution_str
+    return float(answer == ground_truth)
+
+
+def if_else_zero(data_source, solution_str, ground_truth, extra_info=None):
+    match = re.search(r"<answer>(.*?)</answer>", solution_str)
+    if match:
+        answer = match.group(1)
+    else:
+        answer = None
+    return float(answer == ground_truth)
+'''
+
+
+def test_a_match_read_with_a_fallback_to_the_text_is_not_a_firm_requirement(tmp_path):
+    """`m.group(1) if m else text` (or an `else:` that keeps the text) scores a completion without the tags on its
+    whole text: whether that scores depends on the grader (`rl check` warns, not errs). A fallback to a constant (`""`, `None`) or a test that returns a score
+    still needs the tags."""
+    (tmp_path / "f.py").write_text(FALLBACKS)
+    for function in ("group_or_text", "text_unless_found", "walrus", "if_else_text"):
+        info = inspect_reward(tmp_path / "f.py", function)
+        assert info.uses == ["fallback"] and len(info.needed) == 1 and info.firm == [], (function, info.uses)
+    for function in ("group_or_empty", "none_scores_zero", "if_else_zero"):
+        info = inspect_reward(tmp_path / "f.py", function)
+        assert info.uses == ["regex"] and info.firm == [(r"<answer>(.*?)</answer>", True)], (function, info.uses)

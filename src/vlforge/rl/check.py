@@ -45,6 +45,9 @@ class TagReport(BaseModel):
     """The chat template's generation prompt already holds it."""
     verdict: str
     """The weights verdict of its ids (untrained / weak / trained / unknown)."""
+    fallback: bool = False
+    """Only a regex whose match the reward reads with a fallback to the whole text needs it (``m.group(1) if m else
+    text``): a completion without it still scores whatever the grader makes of the text."""
 
 
 class Problem(BaseModel):
@@ -113,16 +116,17 @@ def required_tags(patterns: list[tuple[str, bool]], added: list[str]) -> list[st
     return out
 
 
-def reward_patterns(spec: RunSpec) -> tuple[str, list[tuple[str, bool]]]:
-    """What the reward is (for the report) and the patterns its tags come from, ``(text, is_regex)``: the reward
-    file's regexes and plain-text tests, not the strings it only cuts text with (``split("</think>")``)."""
+def reward_patterns(spec: RunSpec) -> tuple[str, list[tuple[str, bool]], list[tuple[str, bool]]]:
+    """What the reward is (for the report), the patterns its tags come from, ``(text, is_regex)``: the reward
+    file's regexes and plain-text tests, not the strings it only cuts text with (``split("</think>")``); and those
+    of them it needs without a fallback (:attr:`~vlforge.rl.rewards.RewardInfo.firm`)."""
     if spec.format_regex is not None:
-        return f"--format-regex {spec.format_regex}", [(spec.format_regex, True)]
+        return f"--format-regex {spec.format_regex}", [(spec.format_regex, True)], [(spec.format_regex, True)]
     from vlforge.rl.rewards import inspect_reward
 
     assert spec.reward_file is not None and spec.reward_function is not None
     info = inspect_reward(spec.reward_file, spec.reward_function, tuple(spec.reward_paths))
-    return f"{spec.reward_file}:{spec.reward_function}", info.needed
+    return f"{spec.reward_file}:{spec.reward_function}", info.needed, info.firm
 
 
 def _trl_text_prompt(spec: RunSpec) -> str | None:
@@ -169,8 +173,9 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
     tok_dir = spec.tokenizer or model_dir
     tok = read_tokenizer_once(Path(tok_dir))
     added = [content for content, _special in added_tokens(tok).values()]
-    reward, patterns = reward_patterns(spec)
+    reward, patterns, firm = reward_patterns(spec)
     tags = required_tags(patterns, added)
+    soft = set(tags) - set(required_tags(firm, added))
     template_text = spec.template_text if spec.template_text is not None else tok.chat_template
     probe = probe_template(tok, template_text, spec.template_vars)
     text_prompt = _trl_text_prompt(spec)
@@ -190,7 +195,7 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
         reports.append(TagReport(
             tag=tag, ids=enc.ids, pieces=enc.pieces, added=enc.added, special=enc.special,
             stripped=spec.skip_special_tokens and enc.stripped_by_skip_special, prefilled=tag in probe.prefill,
-            verdict=finding.verdict if finding is not None else "unknown"))
+            verdict=finding.verdict if finding is not None else "unknown", fallback=tag in soft))
 
     problems: list[Problem] = []
     notes = list(audit.notes)
@@ -261,6 +266,12 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
             kind="no-tags", severity="note", tags=[],
             message=f"the reward ({reward}) names no tag in a regex: nothing to audit from the files",
             fix="vlforge rl probe samples completions and scores them with the reward itself"))
+    for problem in problems:
+        if problem.severity == "error" and problem.tags and set(problem.tags) <= soft:
+            problem.severity = "warning"
+            problem.message += ("; but the reward reads a completion without them on its whole text (m.group(1) "
+                                "if m else text): whether that scores depends on its grader (vlforge rl probe "
+                                "measures it)")
     verdict: Verdict = ("dead" if any(p.severity == "error" for p in problems)
                         else "weak" if any(p.severity == "warning" for p in problems) else "ok")
     report = CheckReport(

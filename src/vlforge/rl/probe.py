@@ -285,7 +285,7 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
         images = [_images(row) for row in rows]
     except ConfigError as error:
         raise ConfigError(f"{spec.prompts}: {error}") from None
-    reward, patterns = reward_patterns(spec)
+    reward, patterns, _firm = reward_patterns(spec)
     if spec.format_regex is not None:
         score = regex_scorer(spec.format_regex)
     else:

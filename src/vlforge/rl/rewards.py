@@ -45,7 +45,8 @@ class RewardInfo:
     """String constants that hold a tag (docstrings excluded), in source order: the function's own and those of
     the module-level helpers and constants it reaches (:func:`_reachable`), not the file's other functions'."""
     uses: list[str] = field(default_factory=list)
-    """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``literal``, ``processing`` or ``message``."""
+    """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``fallback``, ``literal``, ``processing`` or
+    ``message``."""
     positional: int = 0
     """Parameters a positional argument can fill."""
     required: list[str] = field(default_factory=list)
@@ -60,8 +61,15 @@ class RewardInfo:
     @property
     def needed(self) -> list[tuple[str, bool]]:
         """``(text, is_regex)`` of the patterns a completion must match: not those the file only cuts text with."""
-        return [(text, use == "regex") for text, use in zip(self.patterns, self.uses, strict=True)
+        return [(text, use in REGEX_USES) for text, use in zip(self.patterns, self.uses, strict=True)
                 if use not in ("processing", "message")]
+
+    @property
+    def firm(self) -> list[tuple[str, bool]]:
+        """The needed patterns less those whose match the file reads with a fallback to the whole text (``m.group(1)
+        if m else text``): a completion without those still scores whatever the grader makes of its text."""
+        return [(text, use == "regex") for text, use in zip(self.patterns, self.uses, strict=True)
+                if use in ("regex", "literal")]
 
     @property
     def signature(self) -> str | None:
@@ -100,7 +108,9 @@ slice bound: ``text[text.find("</think>") + 8:]``)."""
 _MESSAGE_CALLS = frozenset({"print", "debug", "info", "warning", "warn", "error", "exception", "critical", "fatal",
                             "log"})
 """Calls whose string arguments are messages (``print``, ``logger.debug``, ``warnings.warn``), not tests."""
-_RANK = {"regex": 3, "literal": 2, "processing": 1, "message": 0}
+_RANK = {"regex": 4, "literal": 3, "fallback": 2, "processing": 1, "message": 0}
+REGEX_USES = ("regex", "fallback")
+"""Uses of a pattern as a regular expression (a ``fallback`` one extracts, with the whole text when it fails)."""
 
 
 def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
@@ -130,6 +140,8 @@ def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and node in parent.args:
         name, owner = parent.func.attr, parent.func.value
         if isinstance(owner, ast.Name) and owner.id in ("re", "regex"):
+            if name in _REGEX_TESTS - {"compile"} and _falls_back(parent, parents):
+                return "fallback"  # ``m.group(1) if m else text``
             return "regex" if name in _REGEX_TESTS else "processing" if name in _REGEX_EDITS else None
         if name in _TEXT_SEARCHES:
             return "processing" if _cuts(parent, parents) else "literal"
@@ -164,11 +176,68 @@ def _scores_the_test(guard: ast.If, parents: dict[int, ast.AST]) -> bool:
         return True
     flags = {t.id for statement in guard.body for n in ast.walk(statement) if constant_set(n)
              and isinstance(n.value.value, (bool, int)) for t in n.targets if isinstance(t, ast.Name)}
-    scope = guard
-    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-        scope = parents.get(id(scope))
+    scope = _scope(guard, parents)
     return scope is not None and any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in flags
                                      and n.lineno > (guard.end_lineno or guard.lineno) for n in ast.walk(scope))
+
+
+def _falls_back(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
+    """The match ``call`` returns is bound to a name that every test of it reads with a fallback to the text when
+    nothing matched: ``m.group(1) if m else text``, ``if m: answer = m.group(1) else: answer = text``. A completion
+    without the pattern is then scored on its text; a fallback to a constant (``else ""``), a return or a raise
+    scores it apart."""
+    holder = parents.get(id(call))
+    if isinstance(holder, ast.NamedExpr):
+        name = holder.target.id
+    elif isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name):
+        name = holder.targets[0].id
+    else:
+        return False
+    scope = _scope(holder, parents)
+    if scope is None:
+        return False
+    verdicts = []
+    for node in ast.walk(scope):
+        if isinstance(node, (ast.If, ast.IfExp)) and (missing := _branch_without_match(node, name)) is not None:
+            if isinstance(node, ast.IfExp):
+                verdicts.append(not _constant(missing))
+            else:
+                verdicts.append(bool(missing) and all(isinstance(s, ast.Assign) and not _constant(s.value)
+                                                      for s in missing))
+    return bool(verdicts) and all(verdicts)
+
+
+def _branch_without_match(node: ast.If | ast.IfExp, name: str) -> Any:
+    """The branch of ``node`` taken when ``name`` holds no match (``if m`` / ``m is not None``: the else; ``not m`` /
+    ``m is None``: the body), or None when its test is not such a test of ``name``."""
+    test = node.test.target if isinstance(node.test, ast.NamedExpr) else node.test
+
+    def is_name(expr: ast.AST) -> bool:
+        expr = expr.target if isinstance(expr, ast.NamedExpr) else expr
+        return isinstance(expr, ast.Name) and expr.id == name
+
+    if is_name(test):
+        return node.orelse
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and is_name(test.operand):
+        return node.body
+    if isinstance(test, ast.Compare) and is_name(test.left) and len(test.ops) == 1 and \
+            isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+        return node.orelse if isinstance(test.ops[0], ast.IsNot) else node.body if isinstance(test.ops[0], ast.Is) \
+            else None
+    return None
+
+
+def _constant(expr: ast.AST) -> bool:
+    """``expr`` is a constant (``""``, ``None``, ``-1.0``)."""
+    return isinstance(expr, ast.Constant) or (isinstance(expr, ast.UnaryOp) and isinstance(expr.operand, ast.Constant))
+
+
+def _scope(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST | None:
+    """The function (or module) ``node`` stands in."""
+    scope = parents.get(id(node))
+    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        scope = parents.get(id(scope))
+    return scope
 
 
 def _cuts(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
@@ -180,9 +249,7 @@ def _cuts(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
     if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
             and isinstance(statement.targets[0], ast.Name)):
         return False
-    name, scope = statement.targets[0].id, statement
-    while scope is not None and not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-        scope = parents.get(id(scope))
+    name, scope = statement.targets[0].id, _scope(statement, parents)
     return scope is not None and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
                                      and _in_slice(n, parents) for n in ast.walk(scope))
 
@@ -296,8 +363,9 @@ def _whole(node: ast.Constant, parents: dict[int, ast.AST]) -> bool:
 
 def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], within: set[int] | None = None,
                 *, shown_only: bool = False) -> str | None:
-    """``regex`` (a regular expression a match is tested with), ``literal`` (a plain-text test: ``in``, ``==``,
-    ``startswith``), ``processing`` (text cut or replaced: ``split("</think>")``, ``re.sub``) or ``message`` (logged,
+    """``regex`` (a regular expression a match is tested with), ``fallback`` (a regular expression whose match is
+    read with a fallback to the whole text), ``literal`` (a plain-text test: ``in``, ``==``, ``startswith``),
+    ``processing`` (text cut or replaced: ``split("</think>")``, ``re.sub``) or ``message`` (logged,
     printed or raised). A constant bound to
     a name takes its strongest use among that name's uses (those ``within`` the nodes given, when given); a use the
     file does not show counts as ``regex`` (None with ``shown_only``)."""
@@ -400,7 +468,7 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
             shown = pattern_use(node, tree, parents, within, shown_only=True)
             uses.append(shown or "regex")
-            if shown == "regex" and _whole(node, parents):
+            if shown in REGEX_USES and _whole(node, parents):
                 try:  # the engine would raise at its first score
                     re.compile(node.value)
                 except re.error as error:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from vlforge.errors import ConfigError
 from vlforge.outputs import atomic_write_bytes, atomic_write_json, atomic_write_text, check_output_dir
+from vlforge.rl.rewards import REGEX_USES
 from vlforge.rl.spec import RunSpec
 from vlforge.vocab.templates import rewrite
 
@@ -121,9 +122,10 @@ def rewrite_reward_file(source: str, spans: list[tuple[int, int, int, int]], use
     for (line, col, end_line, end_col), use in sorted(zip(spans, uses, strict=True), reverse=True):
         start, end = _offset(lines, line, col), _offset(lines, end_line, end_col)
         text = out[start:end]
-        if use == "regex" and text[:1] in "rR":  # r"<\/think>" is the regex r"</think>": the tag can be renamed
+        regex = use in REGEX_USES
+        if regex and text[:1] in "rR":  # r"<\/think>" is the regex r"</think>": the tag can be renamed
             text = text.replace("\\/", "/")
-        edited, captures = _edit_pattern(text, mapping, optional if use == "regex" else [], prefill)
+        edited, captures = _edit_pattern(text, mapping, optional if regex else [], prefill)
         if use == "literal" and any(tag in text for tag in optional):
             manual.append((line, "a plain-text test of a pre-filled tag (startswith, in, ==): edit it by hand, no "
                                  "string makes it pass"))
