@@ -63,6 +63,24 @@ def test_verl_own_config_and_geo3k_scorer(base, verl_parquet, verl_site, tmp_pat
     assert code == 0, stdout
 
 
+@pytest.mark.parametrize("scorer", ["gsm8k.py", "math_reward.py", "math_dapo.py", "search_r1_like_qa_em.py"])
+def test_verls_built_in_scorers_named_on_the_command_line_are_called_positionally(base, verl_site, scorer) -> None:
+    """verl's default_compute_score calls its scorers `compute_score(solution_str, ground_truth)`: each of them is
+    accepted (was refused unless its first parameter was not named solution_str), and called that way."""
+    from vlforge.rl.prompts import PromptRow
+    from vlforge.rl.rewards import Sample, inspect_reward, load_scorer
+
+    path = verl_site / "verl/utils/reward_score" / scorer
+    code, stdout, stderr = invoke("rl", "check", "--engine", "verl", "--model", base, "--reward",
+                                  f"{path}:compute_score", "--reward-path", verl_site, "--json")
+    assert code in (0, 1, 3) and json.loads(stdout)["engine"] == "verl", stderr
+    if scorer == "gsm8k.py":
+        info = inspect_reward(path, "compute_score")
+        score = load_scorer("verl", info, extra_paths=[verl_site])
+        row = PromptRow(index=0, messages=[], conversational=True, answer="42", data_source="openai/gsm8k")
+        assert score([Sample("so #### 42", [], "", row), Sample("#### 41", [], "", row)]) == [1.0, 0.0]
+
+
 def test_a_tag_read_with_a_fallback_to_the_whole_text_is_a_warning(base, tmp_path) -> None:
     """`m.group(1) if m else solution_str`: a completion without the tags is scored on its text, so untrained tags
     make the run weak, not dead; the rewrite still renames them in that regex."""

@@ -510,20 +510,29 @@ def call_problem(info: RewardInfo, engine: str, *, keywords: set[str], verl_posi
                     f"trainer_state=, ... and the dataset's columns): {shown} needs **kwargs")
         return None
     if engine == "verl":
-        if verl_positional and not (info.var_keyword or "solution_str" in info.params):
-            return positional(2, f"{info.function}(solution_str, ground_truth)")
-        taken = set(info.params) | keywords
-        missing = [k for k in VERL_KEYWORDS if k not in taken] if not info.var_keyword else []
-        extra = [k for k in unfilled if k not in VERL_KEYWORDS]
-        if missing or extra:
-            return (f"verl calls {info.function}(data_source=, solution_str=, ground_truth=, extra_info=): {shown} "
-                    + (f"cannot take {', '.join(missing)}" if missing else f"also requires {', '.join(extra)}"))
-        return None
+        missing, extra = _verl_keywords_unfit(info, keywords)
+        if not missing and not extra:
+            return None
+        if verl_positional and "data_source" not in info.params and \
+                positional(2, f"{info.function}(solution_str, ground_truth)") is None:
+            return None  # called as verl's default_compute_score calls its built-in scorers
+        return (f"verl calls {info.function}(data_source=, solution_str=, ground_truth=, extra_info=): {shown} "
+                + (f"cannot take {', '.join(missing)}" if missing else f"also requires {', '.join(extra)}")
+                + (f" (nor can it be called as verl calls its built-in scorers, {info.function}(solution_str, "
+                   "ground_truth))" if verl_positional and "data_source" not in info.params else ""))
     if engine == "easyr1":
         return positional(1, f"{info.function}(reward_inputs)")
     if engine == "openrlhf":
         return positional(3, f"{info.function}(queries, prompts, labels)")
     return None
+
+
+def _verl_keywords_unfit(info: RewardInfo, keywords: set[str]) -> tuple[list[str], list[str]]:
+    """What stops verl's keyword call (``data_source=, solution_str=, ground_truth=, extra_info=`` and the run's
+    reward kwargs): the keywords ``info``'s function cannot take, and the parameters that call leaves unfilled."""
+    taken = set(info.params) | keywords
+    missing = [k for k in VERL_KEYWORDS if k not in taken] if not info.var_keyword else []
+    return missing, [k for k in info.required if k not in keywords and k not in VERL_KEYWORDS]
 
 
 def pattern_literals(pattern: str, *, regex: bool = True, added: list[str] | None = None) -> list[str]:
@@ -674,7 +683,7 @@ class Scorer:
         return [_number(v, self.where) for v in out]
 
     def _verl(self, samples: list[Sample]) -> list[float]:
-        keywords = self.info.var_keyword or "solution_str" in self.info.params
+        keywords = _verl_keywords_unfit(self.info, set(self.kwargs)) == ([], [])
         out = []
         for s in samples:
             if keywords:
