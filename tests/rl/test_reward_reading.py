@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from vlforge.errors import ConfigError
 from vlforge.rl.rewards import inspect_reward
 
 OPEN_R1_STYLE = '''import re
@@ -479,3 +480,24 @@ def test_a_match_read_with_a_fallback_to_the_text_is_not_a_firm_requirement(tmp_
     for function in ("group_or_empty", "none_scores_zero", "if_else_zero"):
         info = inspect_reward(tmp_path / "f.py", function)
         assert info.uses == ["regex"] and info.firm == [(r"<answer>(.*?)</answer>", True)], (function, info.uses)
+
+
+def test_a_file_in_another_encoding_is_read_as_python_reads_it_and_rewritten_in_it(tmp_path):
+    """A UTF-8 BOM or a `# -*- coding: latin-1 -*-` line: Python imports both; so does the check (was: not valid
+    Python / cannot read), and a rewrite keeps the file's encoding."""
+    from vlforge.rl.rewards import read_source
+    from vlforge.rl.rewrite import rewrite_reward_file
+
+    body = 'import re\n\ndef f(completions, **kw):\n    # r\u00e9ponse\n    return [float(bool(re.search(r"<think>.*</think>", c))) for c in completions]\n'
+    (tmp_path / "bom.py").write_bytes(b"\xef\xbb\xbf" + body.encode("utf-8"))
+    (tmp_path / "latin.py").write_bytes(("# -*- coding: latin-1 -*-\n" + body).encode("latin-1"))
+    (tmp_path / "bad.py").write_bytes(b"# -*- coding: no-such-codec -*-\n" + body.encode())
+    for name, encoding in (("bom.py", "utf-8-sig"), ("latin.py", "iso-8859-1")):
+        info = inspect_reward(tmp_path / name, "f")
+        assert info.patterns == ["<think>.*</think>"], name
+        source, found = read_source(tmp_path / name)
+        assert found == encoding and "r\u00e9ponse" in source
+        text, _ = rewrite_reward_file(source, info.spans, info.uses, {"<think>": "<thinking>"}, [])
+        assert 'r"<thinking>.*</think>"' in text and text.encode(found).decode(found) == text
+    with pytest.raises(ConfigError, match=r"bad.py: not valid Python \(unknown encoding"):
+        inspect_reward(tmp_path / "bad.py", "f")

@@ -24,6 +24,7 @@ import inspect
 import math
 import re
 import sys
+import tokenize
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -404,6 +405,13 @@ def _module_file(parts: list[str], bases: list[Path]) -> Path | None:
     return None
 
 
+def read_source(file: Path) -> tuple[str, str]:
+    """A Python file's text and encoding as Python reads it: a UTF-8 BOM or a ``# -*- coding: ... -*-`` line."""
+    with file.open("rb") as handle:
+        encoding, _ = tokenize.detect_encoding(handle.readline)  # SyntaxError for an unknown one, as Python's
+    return file.read_bytes().decode(encoding), encoding
+
+
 def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
                    _seen: frozenset[tuple[Path, str]] = frozenset()) -> RewardInfo:
     """Parse ``file`` and describe ``function``; a missing file, a syntax error or a missing function is one line.
@@ -414,9 +422,10 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     if not file.is_file():
         raise ConfigError(f"--reward {file}: not found")
     try:
-        tree = ast.parse(file.read_text(), filename=str(file))
+        tree = ast.parse(read_source(file)[0], filename=str(file))
     except SyntaxError as error:
-        raise ConfigError(f"--reward {file}:{error.lineno}: not valid Python ({error.msg})") from None
+        line = f":{error.lineno}" if error.lineno else ""
+        raise ConfigError(f"--reward {file}{line}: not valid Python ({error.msg})") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"--reward {file}: cannot read ({error})") from None
     defined = _module_bindings(tree)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from vlforge.errors import ConfigError
 from vlforge.outputs import atomic_write_bytes, atomic_write_json, atomic_write_text, check_output_dir
-from vlforge.rl.rewards import REGEX_USES
+from vlforge.rl.rewards import REGEX_USES, read_source
 from vlforge.rl.spec import RunSpec
 from vlforge.vocab.templates import rewrite
 
@@ -196,9 +196,9 @@ def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: st
             assert spec.reward_file is not None and spec.reward_function is not None
             info = inspect_reward(spec.reward_file, spec.reward_function, tuple(spec.reward_paths))
             path = out / info.file.name  # the file that defines the function (it may be imported by the one named)
-            text, manual = rewrite_reward_file(info.file.read_text(), info.spans, info.uses, mapping, optional,
-                                               prefill)
-            atomic_write_text(path, text, writer="rl check")
+            source, encoding = read_source(info.file)
+            text, manual = rewrite_reward_file(source, info.spans, info.uses, mapping, optional, prefill)
+            atomic_write_bytes(path, text.encode(encoding), writer="rl check")  # as the file was written
             written[str(path)] = change + "".join(f"; line {line}: {why}" for line, why in manual)
     if mapping and template_text is not None and any(k in template_text for k in mapping):
         path = out / "chat_template.jinja"
