@@ -3,6 +3,7 @@ and how each tag is used there (a test, a regex, or text cut at it)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -501,3 +502,44 @@ def test_a_file_in_another_encoding_is_read_as_python_reads_it_and_rewritten_in_
         assert 'r"<thinking>.*</think>"' in text and text.encode(found).decode(found) == text
     with pytest.raises(ConfigError, match=r"bad.py: not valid Python \(unknown encoding"):
         inspect_reward(tmp_path / "bad.py", "f")
+
+
+METHODS = r'''import re
+
+PATTERN = r"<think>.*?</think>\s*<answer>.*?</answer>"
+
+
+class VisionModule:
+    @staticmethod
+    def format_reward(completions, **kwargs):
+        return [1.0 if re.fullmatch(PATTERN, c[0]["content"], re.S) else 0.0 for c in completions]
+
+    @classmethod
+    def answer_reward(cls, completions, **kwargs):
+        return [float("<answer>" in c[0]["content"]) for c in completions]
+
+    def instance_reward(self, completions, **kwargs):
+        return [0.0 for _ in completions]
+'''
+
+
+def test_a_static_or_class_method_is_named_class_dot_method(tmp_path):
+    """VLM-R1 keeps its rewards as static methods of a module class (`Qwen2VLModule.format_reward_rec`) and passes
+    them to TRL: `FILE:Class.method` reads and calls them; an instance method, a missing one, and an engine that
+    looks the name up in the module (verl) are one line each."""
+    from vlforge.rl.rewards import call_problem, load_scorer
+
+    (tmp_path / "m.py").write_text(METHODS)
+    info = inspect_reward(tmp_path / "m.py", "VisionModule.format_reward")
+    assert info.params == ["completions"] and info.signature == "trl" and info.needed == [(info.patterns[0], True)]
+    assert inspect_reward(tmp_path / "m.py", "VisionModule.answer_reward").params == ["completions"]  # cls bound
+    assert call_problem(info, "trl", keywords=set()) is None
+    assert "cannot name the method VisionModule.format_reward" in call_problem(info, "verl", keywords=set())
+    fn = load_scorer("trl", info).fn
+    assert fn([[{"content": "<think>a</think><answer>b</answer>"}], [{"content": "b"}]]) == [1.0, 0.0]
+    for name, message in (("VisionModule.instance_reward", "is an instance method"),
+                          ("VisionModule.formt_reward", "did you mean 'format_reward'"),
+                          ("Module.format_reward", "no class 'Module'"),
+                          ("format_reward", "functions: VisionModule.format_reward, VisionModule.answer_reward")):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            inspect_reward(tmp_path / "m.py", name)

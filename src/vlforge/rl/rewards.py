@@ -405,6 +405,34 @@ def _module_file(parts: list[str], bases: list[Path]) -> Path | None:
     return None
 
 
+def _method_kind(node: ast.AST) -> str | None:
+    """``staticmethod``, ``classmethod`` or ``method`` for a function in a class body, else None."""
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    decorators = {d.id for d in node.decorator_list if isinstance(d, ast.Name)}
+    return next((kind for kind in ("staticmethod", "classmethod") if kind in decorators), "method")
+
+
+def _method_of(file: Path, defined: dict[str, list[ast.AST]], owner: str, name: str) -> ast.AST:
+    """The static or class method ``owner.name`` of a module-level class, or one line saying why not."""
+    from vlforge.errors import did_you_mean
+
+    classes = [n for n in defined.get(owner, []) if isinstance(n, ast.ClassDef)]
+    if not classes:
+        names = [key for key, nodes in defined.items() if any(isinstance(n, ast.ClassDef) for n in nodes)]
+        raise ConfigError(f"--reward {file}: no class {owner!r}{did_you_mean(owner, names)} (classes: "
+                          f"{', '.join(names) or 'none'})")
+    methods = {m.name: m for m in classes[-1].body if _method_kind(m) is not None}
+    node = methods.get(name)
+    if node is None:
+        raise ConfigError(f"--reward {file}: class {owner} has no method {name!r}{did_you_mean(name, list(methods))} "
+                          f"(methods: {', '.join(methods) or 'none'})")
+    if _method_kind(node) == "method":
+        raise ConfigError(f"--reward {file}: {owner}.{name} is an instance method, which the engine cannot call "
+                          "without an instance: make it a @staticmethod, or name a module-level function")
+    return node
+
+
 def read_source(file: Path) -> tuple[str, str]:
     """A Python file's text and encoding as Python reads it: a UTF-8 BOM or a ``# -*- coding: ... -*-`` line."""
     with file.open("rb") as handle:
@@ -429,8 +457,9 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"--reward {file}: cannot read ({error})") from None
     defined = _module_bindings(tree)
-    bindings = defined.get(function, [])  # also inside a module-level try / if
-    imported = _import_of(tree, function)
+    owner, _, method = function.rpartition(".")  # ``Class.method``: a static or class method (VLM-R1's modules)
+    bindings = [_method_of(file, defined, owner, method)] if owner else defined.get(function, [])
+    imported = None if owner else _import_of(tree, function)
     if imported is not None and (not bindings or imported[0].lineno > bindings[-1].lineno):
         node, original = imported
         source = _imported_from(node, file, search)
@@ -449,6 +478,8 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     if not found and not assigned:
         names = [key for key, nodes in defined.items()
                  if any(isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in nodes)]
+        names += [f"{key}.{m.name}" for key, nodes in defined.items() for n in nodes if isinstance(n, ast.ClassDef)
+                  for m in n.body if _method_kind(m) in ("staticmethod", "classmethod")]
         from vlforge.errors import did_you_mean
 
         raise ConfigError(f"--reward {file}: no function {function!r}{did_you_mean(function, names)} "
@@ -458,9 +489,10 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     positional, required = 0, []
     if found:
         args = found[0].args
-        params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+        bound = 1 if owner and _method_kind(found[0]) == "classmethod" else 0  # ``cls``
+        params = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)][bound:]
         var_keyword, var_positional = args.kwarg is not None, args.vararg is not None
-        ordered = [*args.posonlyargs, *args.args]
+        ordered = [*args.posonlyargs, *args.args][bound:]
         positional = len(ordered)
         required = [a.arg for a in ordered[: len(ordered) - len(args.defaults)]]
         required += [a.arg for a, default in zip(args.kwonlyargs, args.kw_defaults, strict=True) if default is None]
@@ -500,6 +532,9 @@ def call_problem(info: RewardInfo, engine: str, *, keywords: set[str], verl_posi
     are called, ``f(solution_str, ground_truth)`` (a ``--reward`` file of verl's own ``reward_score`` package)."""
     shown = f"{info.function}({', '.join(info.params)}{', **' if info.var_keyword else ''}"
     shown += "kwargs)" if info.var_keyword else ")"
+    if "." in info.function and engine != "trl":
+        return (f"{engine} looks its reward function up by name in the module, which cannot name the method "
+                f"{info.function}: expose it as a module-level function")
     if info.signature is not None and info.signature != engine:
         return f"{shown} is {info.signature}'s reward signature, not {engine}'s: pass --engine {info.signature}"
     unfilled = [name for name in info.required if name not in keywords]
@@ -622,7 +657,9 @@ def _load_function(file: Path, function: str, extra_paths: list[Path], *, as_mod
         if module is None:
             raise ConfigError(f"--reward {file}: importing it failed ({type(error).__name__}: {error}); "
                               "add the directories its imports need with --reward-path") from None
-    fn = getattr(module, function, None)
+    fn: Any = module
+    for part in function.split("."):  # ``Class.method``
+        fn = getattr(fn, part, None)
     if not callable(fn):
         raise ConfigError(f"--reward {file}: {function!r} is not a function")
     return fn, module
