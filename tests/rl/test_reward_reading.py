@@ -460,6 +460,38 @@ def none_scores_zero(data_source, solution_str, ground_truth, extra_info=None):
     return float(answer == ground_truth)
 
 
+def kept_unless_found(data_source, solution_str, ground_truth, extra_info=None):
+    text = solution_str.strip()
+    found = re.findall(r"<answer>(.*?)</answer>", text, re.S)
+    if found:
+        text = found[-1]
+    return float(text == ground_truth)
+
+
+def except_keeps_text(data_source, solution_str, ground_truth, extra_info=None):
+    try:
+        answer = re.search(r"<answer>(.*?)</answer>", solution_str).group(1)
+    except AttributeError:
+        answer = solution_str
+    return float(answer == ground_truth)
+
+
+def empty_unless_found(data_source, solution_str, ground_truth, extra_info=None):
+    answer = ""
+    m = re.search(r"<answer>(.*?)</answer>", solution_str)
+    if m:
+        answer = m.group(1)
+    return float(answer == ground_truth)
+
+
+def except_scores_zero(data_source, solution_str, ground_truth, extra_info=None):
+    try:
+        answer = re.search(r"<answer>(.*?)</answer>", solution_str).group(1)
+    except AttributeError:
+        return 0.0
+    return float(answer == ground_truth)
+
+
 def if_else_zero(data_source, solution_str, ground_truth, extra_info=None):
     match = re.search(r"<answer>(.*?)</answer>", solution_str)
     if match:
@@ -471,14 +503,15 @@ def if_else_zero(data_source, solution_str, ground_truth, extra_info=None):
 
 
 def test_a_match_read_with_a_fallback_to_the_text_is_not_a_firm_requirement(tmp_path):
-    """`m.group(1) if m else text` (or an `else:` that keeps the text) scores a completion without the tags on its
-    whole text: whether that scores depends on the grader (`rl check` warns, not errs). A fallback to a constant (`""`, `None`) or a test that returns a score
+    """`m.group(1) if m else text` (or an `else:` that keeps the text, an `if m:` that replaces a text it holds
+    already, an `except AttributeError:` that keeps it) scores a completion without the tags on its whole text: whether that scores depends on the grader (`rl check` warns, not errs). A fallback to a constant (`""`, `None`) or a test that returns a score
     still needs the tags."""
     (tmp_path / "f.py").write_text(FALLBACKS)
-    for function in ("group_or_text", "text_unless_found", "walrus", "if_else_text"):
+    for function in ("group_or_text", "text_unless_found", "walrus", "if_else_text", "kept_unless_found",
+                     "except_keeps_text"):
         info = inspect_reward(tmp_path / "f.py", function)
         assert info.uses == ["fallback"] and len(info.needed) == 1 and info.firm == [], (function, info.uses)
-    for function in ("group_or_empty", "none_scores_zero", "if_else_zero"):
+    for function in ("group_or_empty", "none_scores_zero", "if_else_zero", "empty_unless_found", "except_scores_zero"):
         info = inspect_reward(tmp_path / "f.py", function)
         assert info.uses == ["regex"] and info.firm == [(r"<answer>(.*?)</answer>", True)], (function, info.uses)
 

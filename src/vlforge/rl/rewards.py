@@ -188,24 +188,53 @@ def _falls_back(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
     without the pattern is then scored on its text; a fallback to a constant (``else ""``), a return or a raise
     scores it apart."""
     holder = parents.get(id(call))
+    scope = _scope(call, parents)
+    if scope is None:
+        return False
     if isinstance(holder, ast.NamedExpr):
         name = holder.target.id
     elif isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name):
         name = holder.targets[0].id
-    else:
-        return False
-    scope = _scope(holder, parents)
-    if scope is None:
-        return False
+    else:  # ``try: a = re.search(...).group(1)`` / ``except AttributeError: a = text``
+        statement = holder
+        while statement is not None and not isinstance(statement, ast.stmt):
+            statement = parents.get(id(statement))
+        guard = parents.get(id(statement))
+        return isinstance(guard, ast.Try) and statement in guard.body and bool(guard.handlers) and all(
+            _keeps_text(handler.body) for handler in guard.handlers)
     verdicts = []
     for node in ast.walk(scope):
         if isinstance(node, (ast.If, ast.IfExp)) and (missing := _branch_without_match(node, name)) is not None:
             if isinstance(node, ast.IfExp):
                 verdicts.append(not _constant(missing))
-            else:
-                verdicts.append(bool(missing) and all(isinstance(s, ast.Assign) and not _constant(s.value)
-                                                      for s in missing))
+            elif missing:
+                verdicts.append(_keeps_text(missing))
+            else:  # ``if m: text = m[-1]``: a text bound before keeps its value
+                verdicts.append(_keeps_text(node.body) and all(
+                    _bound_before(target.id, node, scope) for s in node.body for target in s.targets))
     return bool(verdicts) and all(verdicts)
+
+
+def _keeps_text(statements: list[ast.stmt]) -> bool:
+    """Each statement binds a name to a value that is not a constant (``answer = text``): nothing scored, returned
+    or raised."""
+    return bool(statements) and all(isinstance(s, ast.Assign) and not _constant(s.value)
+                                    and all(isinstance(t, ast.Name) for t in s.targets) for s in statements)
+
+
+def _bound_before(name: str, node: ast.stmt, scope: ast.AST) -> bool:
+    """``name`` holds a value that is not a constant before ``node``: a parameter of ``scope``, or the target of an
+    earlier assignment or loop in it (the last such binding counts)."""
+    earlier = [other for other in ast.walk(scope) if isinstance(other, (ast.Assign, ast.For))
+               and other.lineno < node.lineno and any(
+                   isinstance(t, ast.Name) and t.id == name for target in
+                   (other.targets if isinstance(other, ast.Assign) else [other.target]) for t in ast.walk(target))]
+    last = max(earlier, key=lambda other: other.lineno, default=None)
+    if last is not None:
+        return isinstance(last, ast.For) or not _constant(last.value)
+    arguments = scope.args if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+    return arguments is not None and any(a.arg == name for a in (*arguments.posonlyargs, *arguments.args,
+                                                                  *arguments.kwonlyargs))
 
 
 def _branch_without_match(node: ast.If | ast.IfExp, name: str) -> Any:
