@@ -92,10 +92,10 @@ def test_a_tag_read_with_a_fallback_to_the_whole_text_is_a_warning(base, tmp_pat
                              f"{tmp_path / 'r.py'}:compute_score", "--rewrite-out", tmp_path / "fix", "--json")
     report = json.loads(stdout)
     assert code == 1 and report["verdict"] == "weak", report["problems"]
-    assert [(t["tag"], t["verdict"], t["fallback"]) for t in report["tags"]] == [
+    assert [(t["tag"], t["verdict"], t["scores_without"]) for t in report["tags"]] == [
         ("<think>", "untrained", True), ("</think>", "untrained", True)]
     untrained = _problems(report)["untrained"]
-    assert untrained["severity"] == "warning" and "whether that scores depends on its grader" in untrained["message"]
+    assert untrained["severity"] == "warning" and "the run is weakened, not stopped" in untrained["message"]
     assert "r'<thinking>.*</thinking>(.*)'" in (tmp_path / "fix" / "r.py").read_text()
 
 

@@ -510,7 +510,7 @@ def test_a_match_read_with_a_fallback_to_the_text_is_not_a_firm_requirement(tmp_
     for function in ("group_or_text", "text_unless_found", "walrus", "if_else_text", "kept_unless_found",
                      "except_keeps_text"):
         info = inspect_reward(tmp_path / "f.py", function)
-        assert info.uses == ["fallback"] and len(info.needed) == 1 and info.firm == [], (function, info.uses)
+        assert info.uses == ["regex"] and info.soft == [True] and info.firm == [], (function, info.uses)
     for function in ("group_or_empty", "none_scores_zero", "if_else_zero", "empty_unless_found", "except_scores_zero"):
         info = inspect_reward(tmp_path / "f.py", function)
         assert info.uses == ["regex"] and info.firm == [(r"<answer>(.*?)</answer>", True)], (function, info.uses)
@@ -576,3 +576,61 @@ def test_a_static_or_class_method_is_named_class_dot_method(tmp_path):
                           ("format_reward", "functions: VisionModule.format_reward, VisionModule.answer_reward")):
         with pytest.raises(ConfigError, match=re.escape(message)):
             inspect_reward(tmp_path / "m.py", name)
+
+
+PARTIAL = r'''import re
+
+
+def count_tags(completions, **kwargs):
+    def count(text):
+        score = 0.0
+        if text.count("<think>\n") == 1:
+            score += 0.25
+        if text.count("\n</think>\n") == 1:
+            score += 0.25
+        return score
+    return [count(c[0]["content"]) for c in completions]
+
+
+def summed(completions, **kwargs):
+    return [0.5 * float("<think>" in c) + 0.5 * float(bool(re.search(r"<answer>.*</answer>", c))) for c in completions]
+
+
+def added(completions, **kwargs):
+    out = []
+    for c in completions:
+        score = 0.0
+        score += 0.5 if re.search(r"<think>.*</think>", c, re.S) else 0.0
+        out.append(score)
+    return out
+
+
+def all_or_nothing(completions, **kwargs):
+    return [1.0 if "<think>" in c else 0.0 for c in completions]
+
+
+def added_or_zero(completions, **kwargs):
+    out = []
+    for c in completions:
+        score = 0.0
+        if "<think>" in c:
+            score += 1.0
+        else:
+            score = -1.0
+        out.append(score)
+    return out
+'''
+
+
+def test_a_tag_that_earns_partial_credit_is_soft(tmp_path):
+    """open-r1's tag_count_reward (0.25 per tag), a sum of terms, a `score += ...` of a match: a completion without
+    one tag still scores from the others, so no tag is firmly required; an all-or-nothing test, or an `if` whose
+    `else` sets the score, keeps it required."""
+    path = tmp_path / "p.py"
+    path.write_text(PARTIAL)
+    for function in ("count_tags", "summed", "added"):
+        info = inspect_reward(path, function)
+        assert info.needed and all(info.soft) and info.firm == [], (function, info.uses, info.soft)
+    for function in ("all_or_nothing", "added_or_zero"):
+        info = inspect_reward(path, function)
+        assert info.firm == [("<think>", False)], (function, info.uses, info.soft)

@@ -45,9 +45,9 @@ class TagReport(BaseModel):
     """The chat template's generation prompt already holds it."""
     verdict: str
     """The weights verdict of its ids (untrained / weak / trained / unknown)."""
-    fallback: bool = False
-    """Only a regex whose match the reward reads with a fallback to the whole text needs it (``m.group(1) if m else
-    text``): a completion without it still scores whatever the grader makes of the text."""
+    scores_without: bool = False
+    """The reward scores a completion without it too: it reads the whole text when it is missing (``m.group(1) if
+    m else text``), or gives partial credit for it (``if "<think>" in t: score += 0.25``)."""
 
 
 class Problem(BaseModel):
@@ -195,7 +195,7 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
         reports.append(TagReport(
             tag=tag, ids=enc.ids, pieces=enc.pieces, added=enc.added, special=enc.special,
             stripped=spec.skip_special_tokens and enc.stripped_by_skip_special, prefilled=tag in probe.prefill,
-            verdict=finding.verdict if finding is not None else "unknown", fallback=tag in soft))
+            verdict=finding.verdict if finding is not None else "unknown", scores_without=tag in soft))
 
     problems: list[Problem] = []
     notes = list(audit.notes)
@@ -269,9 +269,9 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
     for problem in problems:
         if problem.severity == "error" and problem.tags and set(problem.tags) <= soft:
             problem.severity = "warning"
-            problem.message += ("; but the reward reads a completion without them on its whole text (m.group(1) "
-                                "if m else text): whether that scores depends on its grader (vlforge rl probe "
-                                "measures it)")
+            problem.message += ("; but the reward scores a completion without them too (it reads the whole text "
+                                "when they are missing, or gives partial credit): the run is weakened, not stopped "
+                                "(vlforge rl probe measures the reward spread)")
     verdict: Verdict = ("dead" if any(p.severity == "error" for p in problems)
                         else "weak" if any(p.severity == "warning" for p in problems) else "ok")
     report = CheckReport(

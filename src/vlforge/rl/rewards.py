@@ -46,8 +46,10 @@ class RewardInfo:
     """String constants that hold a tag (docstrings excluded), in source order: the function's own and those of
     the module-level helpers and constants it reaches (:func:`_reachable`), not the file's other functions'."""
     uses: list[str] = field(default_factory=list)
-    """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``fallback``, ``literal``, ``processing`` or
-    ``message``."""
+    """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``literal``, ``processing`` or ``message``."""
+    soft: list[bool] = field(default_factory=list)
+    """Per pattern: the file scores a completion without it too (:func:`pattern_soft`: a fallback to the whole text,
+    partial credit)."""
     positional: int = 0
     """Parameters a positional argument can fill."""
     required: list[str] = field(default_factory=list)
@@ -62,15 +64,15 @@ class RewardInfo:
     @property
     def needed(self) -> list[tuple[str, bool]]:
         """``(text, is_regex)`` of the patterns a completion must match: not those the file only cuts text with."""
-        return [(text, use in REGEX_USES) for text, use in zip(self.patterns, self.uses, strict=True)
+        return [(text, use == "regex") for text, use in zip(self.patterns, self.uses, strict=True)
                 if use not in ("processing", "message")]
 
     @property
     def firm(self) -> list[tuple[str, bool]]:
-        """The needed patterns less those whose match the file reads with a fallback to the whole text (``m.group(1)
-        if m else text``): a completion without those still scores whatever the grader makes of its text."""
-        return [(text, use == "regex") for text, use in zip(self.patterns, self.uses, strict=True)
-                if use in ("regex", "literal")]
+        """The needed patterns less the soft ones (a completion without them scores too: ``m.group(1) if m else
+        text``, ``if "<think>" in t: score += 0.25``)."""
+        return [(text, use == "regex") for text, use, soft in zip(self.patterns, self.uses, self.soft, strict=True)
+                if use in ("regex", "literal") and not soft]
 
     @property
     def signature(self) -> str | None:
@@ -109,18 +111,22 @@ slice bound: ``text[text.find("</think>") + 8:]``)."""
 _MESSAGE_CALLS = frozenset({"print", "debug", "info", "warning", "warn", "error", "exception", "critical", "fatal",
                             "log"})
 """Calls whose string arguments are messages (``print``, ``logger.debug``, ``warnings.warn``), not tests."""
-_RANK = {"regex": 4, "literal": 3, "fallback": 2, "processing": 1, "message": 0}
-REGEX_USES = ("regex", "fallback")
-"""Uses of a pattern as a regular expression (a ``fallback`` one extracts, with the whole text when it fails)."""
+_RANK = {"regex": 3, "literal": 2, "processing": 1, "message": 0}
 
 
-def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
-    """How the expression ``node`` is used where it stands, or None when that does not say."""
+def _standing(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, ast.AST | None]:
+    """``node`` and its parent, past the f-string, ``+`` or ``.format`` that builds a larger string of it."""
     parent = parents.get(id(node))
     while isinstance(parent, (ast.JoinedStr, ast.FormattedValue, ast.BinOp)) or _formatted(node, parent, parents):
         if isinstance(parent, ast.Attribute):  # "...{}".format(x): the call is the value
             parent = parents.get(id(parent))
         node, parent = parent, parents.get(id(parent))  # f"...{x}..." / "a" + x
+    return node, parent
+
+
+def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
+    """How the expression ``node`` is used where it stands, or None when that does not say."""
+    node, parent = _standing(node, parents)
     if isinstance(parent, ast.Assert) and parent.msg is node:
         return "message"
     if isinstance(parent, ast.keyword) and _message_call(parents.get(id(parent)), parents):
@@ -141,8 +147,6 @@ def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and node in parent.args:
         name, owner = parent.func.attr, parent.func.value
         if isinstance(owner, ast.Name) and owner.id in ("re", "regex"):
-            if name in _REGEX_TESTS - {"compile"} and _falls_back(parent, parents):
-                return "fallback"  # ``m.group(1) if m else text``
             return "regex" if name in _REGEX_TESTS else "processing" if name in _REGEX_EDITS else None
         if name in _TEXT_SEARCHES:
             return "processing" if _cuts(parent, parents) else "literal"
@@ -180,6 +184,38 @@ def _scores_the_test(guard: ast.If, parents: dict[int, ast.AST]) -> bool:
     scope = _scope(guard, parents)
     return scope is not None and any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in flags
                                      and n.lineno > (guard.end_lineno or guard.lineno) for n in ast.walk(scope))
+
+
+def _soft_at(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """The test ``node`` stands in does not decide the score alone: a regex match read with a fallback to the whole
+    text (:func:`_falls_back`), or a test that adds partial credit (:func:`_partial_credit`)."""
+    node, parent = _standing(node, parents)
+    if isinstance(parent, ast.Compare):
+        return _partial_credit(parent, parents)
+    if not (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and node in parent.args):
+        return False
+    owner = parent.func.value
+    if isinstance(owner, ast.Name) and owner.id in ("re", "regex") and parent.func.attr != "compile":
+        return _falls_back(parent, parents) or _partial_credit(parent, parents)
+    return _partial_credit(parent, parents)
+
+
+def _partial_credit(test: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """``test`` adds to a score among other terms: a term of a sum (``0.5 * ("<think>" in t) + ...``), what an
+    augmented assignment adds (``score += 0.5 if m else 0``), or the test of an ``if`` (no ``else``) that only adds to
+    or subtracts from running scores (``if t.count("<think>") == 1: count += 0.25``)."""
+    node = test
+    while (parent := parents.get(id(node))) is not None and not isinstance(parent, ast.stmt):
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub)):
+            return True
+        node = parent
+
+    def adds(statement: ast.AST | None) -> bool:
+        return isinstance(statement, ast.AugAssign) and isinstance(statement.op, (ast.Add, ast.Sub))
+
+    if adds(parent):
+        return True
+    return isinstance(parent, ast.If) and parent.test is node and not parent.orelse and all(map(adds, parent.body))
 
 
 def _falls_back(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
@@ -391,26 +427,37 @@ def _whole(node: ast.Constant, parents: dict[int, ast.AST]) -> bool:
     return not isinstance(parents.get(id(node)), (ast.JoinedStr, ast.FormattedValue, ast.BinOp))
 
 
-def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], within: set[int] | None = None,
-                *, shown_only: bool = False) -> str | None:
-    """``regex`` (a regular expression a match is tested with), ``fallback`` (a regular expression whose match is
-    read with a fallback to the whole text), ``literal`` (a plain-text test: ``in``, ``==``, ``startswith``),
-    ``processing`` (text cut or replaced: ``split("</think>")``, ``re.sub``) or ``message`` (logged,
-    printed or raised). A constant bound to
-    a name takes its strongest use among that name's uses (those ``within`` the nodes given, when given); a use the
-    file does not show counts as ``regex`` (None with ``shown_only``)."""
-    use = _use_at(node, parents)
-    if use is not None:
-        return use
+def _places(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], within: set[int] | None) -> list[ast.AST]:
+    """Where the constant ``node`` is used: itself, or when it is bound to a name, that name's loads (those ``within``
+    the nodes given, when given)."""
+    if _use_at(node, parents) is not None:
+        return [node]
     parent = parents.get(id(node))
     if isinstance(parent, ast.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0], ast.Name):
         name = parent.targets[0].id
-        uses = [_use_at(n, parents) for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name
+        return [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == name
                 and isinstance(n.ctx, ast.Load) and (within is None or id(n) in within)]
-        known = [u for u in uses if u is not None]
-        if known and len(known) == len(uses):
-            return max(known, key=_RANK.__getitem__)
+    return []
+
+
+def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], within: set[int] | None = None,
+                *, shown_only: bool = False) -> str | None:
+    """``regex`` (a regular expression a match is tested with), ``literal`` (a plain-text test: ``in``, ``==``,
+    ``startswith``), ``processing`` (text cut or replaced: ``split("</think>")``, ``re.sub``) or ``message`` (logged,
+    printed or raised). A constant bound to a name takes its strongest use among that name's uses (those ``within``
+    the nodes given, when given); a use the file does not show counts as ``regex`` (None with ``shown_only``)."""
+    uses = [_use_at(place, parents) for place in _places(node, tree, parents, within)]
+    known = [u for u in uses if u is not None]
+    if known and len(known) == len(uses):
+        return max(known, key=_RANK.__getitem__)
     return None if shown_only else "regex"
+
+
+def pattern_soft(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], within: set[int] | None = None
+                 ) -> bool:
+    """Every test of the constant ``node`` leaves a completion without it a score (:func:`_soft_at`)."""
+    places = [p for p in _places(node, tree, parents, within) if _use_at(p, parents) in ("regex", "literal")]
+    return bool(places) and all(_soft_at(place, parents) for place in places)
 
 
 def _imported_from(node: ast.ImportFrom, file: Path, search: tuple[Path, ...]) -> Path | None:
@@ -530,7 +577,7 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     docstrings = _docstring_nodes(tree)
     parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     within = _reachable(tree, found[-1] if found else assigned[-1])
-    patterns, spans, uses = [], [], []
+    patterns, spans, uses, soft = [], [], [], []
     for node in ast.walk(tree):
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
                 and id(node) in within and TAG_RE.search(node.value.replace("\\/", "/"))):  # r"<\/think>" too
@@ -538,7 +585,8 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
             shown = pattern_use(node, tree, parents, within, shown_only=True)
             uses.append(shown or "regex")
-            if shown in REGEX_USES and _whole(node, parents):
+            soft.append(pattern_soft(node, tree, parents, within))
+            if shown == "regex" and _whole(node, parents):
                 try:  # the engine would raise at its first score
                     re.compile(node.value)
                 except re.error as error:
@@ -548,7 +596,7 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     return RewardInfo(file=file, function=function, params=params, var_keyword=var_keyword, positional=positional,
                       required=required, var_positional=var_positional,
                       patterns=[patterns[i] for i in order], uses=[uses[i] for i in order],
-                      spans=[spans[i] for i in order])
+                      soft=[soft[i] for i in order], spans=[spans[i] for i in order])
 
 
 VERL_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
@@ -586,13 +634,10 @@ def call_problem(info: RewardInfo, engine: str, *, keywords: set[str], verl_posi
         missing, extra = _verl_keywords_unfit(info, keywords)
         if not missing and not extra:
             return None
-        if verl_positional and "data_source" not in info.params and \
-                positional(2, f"{info.function}(solution_str, ground_truth)") is None:
-            return None  # called as verl's default_compute_score calls its built-in scorers
+        if verl_positional and "data_source" not in info.params:  # as default_compute_score calls its scorers
+            return positional(2, f"{info.function}(solution_str, ground_truth)")
         return (f"verl calls {info.function}(data_source=, solution_str=, ground_truth=, extra_info=): {shown} "
-                + (f"cannot take {', '.join(missing)}" if missing else f"also requires {', '.join(extra)}")
-                + (f" (nor can it be called as verl calls its built-in scorers, {info.function}(solution_str, "
-                   "ground_truth))" if verl_positional and "data_source" not in info.params else ""))
+                + (f"cannot take {', '.join(missing)}" if missing else f"also requires {', '.join(extra)}"))
     if engine == "easyr1":
         return positional(1, f"{info.function}(reward_inputs)")
     if engine == "openrlhf":

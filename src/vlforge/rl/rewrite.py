@@ -27,7 +27,7 @@ from pathlib import Path
 
 from vlforge.errors import ConfigError
 from vlforge.outputs import atomic_write_bytes, atomic_write_json, atomic_write_text, check_output_dir
-from vlforge.rl.rewards import REGEX_USES, read_source
+from vlforge.rl.rewards import read_source
 from vlforge.rl.spec import RunSpec
 from vlforge.vocab.templates import rewrite
 
@@ -122,7 +122,7 @@ def rewrite_reward_file(source: str, spans: list[tuple[int, int, int, int]], use
     for (line, col, end_line, end_col), use in sorted(zip(spans, uses, strict=True), reverse=True):
         start, end = _offset(lines, line, col), _offset(lines, end_line, end_col)
         text = out[start:end]
-        regex = use in REGEX_USES
+        regex = use == "regex"
         if regex and text[:1] in "rR":  # r"<\/think>" is the regex r"</think>": the tag can be renamed
             text = text.replace("\\/", "/")
         edited, captures = _edit_pattern(text, mapping, optional if regex else [], prefill)
