@@ -634,3 +634,44 @@ def test_a_tag_that_earns_partial_credit_is_soft(tmp_path):
     for function in ("all_or_nothing", "added_or_zero"):
         info = inspect_reward(path, function)
         assert info.firm == [("<think>", False)], (function, info.uses, info.soft)
+
+
+SUPPLIED = r'''import re
+
+
+def prepended(completions, target, **kwargs):
+    rewards = []
+    for completion in completions:
+        completion = "<think>" + completion
+        regex = r"^<think>([^<]*(?:<(?!/?think>)[^<]*)*)<\/think>\n<answer>([\s\S]*?)<\/answer>$"
+        match = re.search(regex, completion, re.DOTALL)
+        rewards.append(1.0 if match is not None and len(match.groups()) == 2 else 0.0)
+    return rewards
+
+
+def searched_with_it(completions, **kwargs):
+    return [float(bool(re.match(r"<think>.*</think>", f"<think>{c}", re.S))) for c in completions]
+
+
+def pattern_built(completions, **kwargs):
+    body = r".*?"
+    pattern = "<think>" + body + "</think>"
+    return [float(bool(re.match(pattern, c, re.S))) for c in completions]
+'''
+
+
+def test_a_tag_the_reward_adds_to_the_text_itself_is_not_needed_from_the_completion(tmp_path):
+    """philschmid's mini-R1 reward (copied widely): the prompt pre-fills `<think>` and the reward puts it back,
+    `completion = "<think>" + completion`, before matching `^<think>...`: the completion needs `</think>`,
+    `<answer>`, `</answer>`, not `<think>`. A pattern built with `+` still requires its tags."""
+    from vlforge.rl.check import RewardPatterns
+
+    (tmp_path / "s.py").write_text(SUPPLIED)
+
+    def tags(function: str) -> list[str]:
+        info = inspect_reward(tmp_path / "s.py", function)
+        return RewardPatterns("r", info.needed, info.firm, info.supplied).tags([])
+
+    assert tags("prepended") == ["</think>", "<answer>", "</answer>"]
+    assert tags("searched_with_it") == ["</think>"]
+    assert tags("pattern_built") == ["<think>", "</think>"]

@@ -17,7 +17,7 @@ import dataclasses
 import json
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -116,17 +116,36 @@ def required_tags(patterns: list[tuple[str, bool]], added: list[str]) -> list[st
     return out
 
 
-def reward_patterns(spec: RunSpec) -> tuple[str, list[tuple[str, bool]], list[tuple[str, bool]]]:
-    """What the reward is (for the report), the patterns its tags come from, ``(text, is_regex)``: the reward
-    file's regexes and plain-text tests, not the strings it only cuts text with (``split("</think>")``); and those
-    of them it needs without a fallback (:attr:`~vlforge.rl.rewards.RewardInfo.firm`)."""
+class RewardPatterns(NamedTuple):
+    """What the reward is (for the report) and the strings its tags come from."""
+
+    reward: str
+    needed: list[tuple[str, bool]]
+    """``(text, is_regex)``: the reward file's regexes and plain-text tests, not the strings it only cuts text with
+    (``split("</think>")``)."""
+    firm: list[tuple[str, bool]]
+    """Those of them a completion scores nothing without (:attr:`~vlforge.rl.rewards.RewardInfo.firm`)."""
+    supplied: list[str]
+    """Strings the reward adds to the completion's text itself (``completion = "<think>" + completion``)."""
+
+    def tags(self, added: list[str], *, firm_only: bool = False) -> list[str]:
+        """The tags a completion must hold (:func:`required_tags`), less those the reward supplies itself."""
+        from vlforge.vocab.templates import find_tags
+
+        own = {tag for text in self.supplied for _s, _e, tag in find_tags(text, added)}
+        return [tag for tag in required_tags(self.firm if firm_only else self.needed, added) if tag not in own]
+
+
+def reward_patterns(spec: RunSpec) -> RewardPatterns:
+    """The reward of ``spec`` and its patterns: ``--format-regex``, or the reward file's (read without running it)."""
     if spec.format_regex is not None:
-        return f"--format-regex {spec.format_regex}", [(spec.format_regex, True)], [(spec.format_regex, True)]
+        regex = [(spec.format_regex, True)]
+        return RewardPatterns(f"--format-regex {spec.format_regex}", regex, regex, [])
     from vlforge.rl.rewards import inspect_reward
 
     assert spec.reward_file is not None and spec.reward_function is not None
     info = inspect_reward(spec.reward_file, spec.reward_function, tuple(spec.reward_paths))
-    return f"{spec.reward_file}:{spec.reward_function}", info.needed, info.firm
+    return RewardPatterns(f"{spec.reward_file}:{spec.reward_function}", info.needed, info.firm, info.supplied)
 
 
 def _trl_text_prompt(spec: RunSpec) -> str | None:
@@ -173,9 +192,10 @@ def run_check(spec: RunSpec, *, rewrite_out: Path | None = None) -> CheckReport:
     tok_dir = spec.tokenizer or model_dir
     tok = read_tokenizer_once(Path(tok_dir))
     added = [content for content, _special in added_tokens(tok).values()]
-    reward, patterns, firm = reward_patterns(spec)
-    tags = required_tags(patterns, added)
-    soft = set(tags) - set(required_tags(firm, added))
+    found = reward_patterns(spec)
+    reward, patterns = found.reward, found.needed
+    tags = found.tags(added)
+    soft = set(tags) - set(found.tags(added, firm_only=True))
     template_text = spec.template_text if spec.template_text is not None else tok.chat_template
     probe = probe_template(tok, template_text, spec.template_vars)
     text_prompt = _trl_text_prompt(spec)

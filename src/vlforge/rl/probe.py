@@ -263,7 +263,7 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
     """Load the model, sample, score, report."""
     from vlforge.models import load
     from vlforge.models.load import resolve_device
-    from vlforge.rl.check import required_tags, reward_patterns
+    from vlforge.rl.check import reward_patterns
     from vlforge.rl.engines import engine
     from vlforge.rl.prompts import read_prompts
     from vlforge.rl.rewards import inspect_reward, load_scorer
@@ -285,7 +285,8 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
         images = [_images(row) for row in rows]
     except ConfigError as error:
         raise ConfigError(f"{spec.prompts}: {error}") from None
-    reward, patterns, _firm = reward_patterns(spec)
+    patterns = reward_patterns(spec)
+    reward = patterns.reward
     if spec.format_regex is not None:
         score = regex_scorer(spec.format_regex)
     else:
@@ -303,7 +304,7 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
         processor.tokenizer = tokenizer
     load_seconds = time.perf_counter() - started
     added = [content for content, _special in added_tokens(tokenizer).values()]
-    tags = required_tags(patterns, added)
+    tags = patterns.tags(added)
     log.info("probe: %d prompts x %d completions, at most %d new tokens, seed %d", len(rows), group, new_tokens, seed)
     sampled = sample_groups(
         loaded.model, tokenizer, processor, rows, score=score, template_text=spec.template_text,

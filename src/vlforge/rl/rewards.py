@@ -46,7 +46,8 @@ class RewardInfo:
     """String constants that hold a tag (docstrings excluded), in source order: the function's own and those of
     the module-level helpers and constants it reaches (:func:`_reachable`), not the file's other functions'."""
     uses: list[str] = field(default_factory=list)
-    """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``literal``, ``processing`` or ``message``."""
+    """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``literal``, ``processing``, ``supplied``
+    or ``message``."""
     soft: list[bool] = field(default_factory=list)
     """Per pattern: the file scores a completion without it too (:func:`pattern_soft`: a fallback to the whole text,
     partial credit)."""
@@ -65,7 +66,13 @@ class RewardInfo:
     def needed(self) -> list[tuple[str, bool]]:
         """``(text, is_regex)`` of the patterns a completion must match: not those the file only cuts text with."""
         return [(text, use == "regex") for text, use in zip(self.patterns, self.uses, strict=True)
-                if use not in ("processing", "message")]
+                if use in ("regex", "literal")]
+
+    @property
+    def supplied(self) -> list[str]:
+        """Strings the function adds to the completion's text itself (``completion = "<think>" + completion``): a
+        pattern's tag among them is not needed from the completion."""
+        return [text for text, use in zip(self.patterns, self.uses, strict=True) if use == "supplied"]
 
     @property
     def firm(self) -> list[tuple[str, bool]]:
@@ -111,7 +118,7 @@ slice bound: ``text[text.find("</think>") + 8:]``)."""
 _MESSAGE_CALLS = frozenset({"print", "debug", "info", "warning", "warn", "error", "exception", "critical", "fatal",
                             "log"})
 """Calls whose string arguments are messages (``print``, ``logger.debug``, ``warnings.warn``), not tests."""
-_RANK = {"regex": 3, "literal": 2, "processing": 1, "message": 0}
+_RANK = {"regex": 3, "literal": 2, "processing": 1, "supplied": 1, "message": 0}
 
 
 def _standing(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, ast.AST | None]:
@@ -126,7 +133,12 @@ def _standing(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, ast.
 
 def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
     """How the expression ``node`` is used where it stands, or None when that does not say."""
+    piece = node
     node, parent = _standing(node, parents)
+    if node is not piece and isinstance(parent, ast.Assign) and len(parent.targets) == 1 and \
+            isinstance(parent.targets[0], ast.Name) and any(isinstance(n, ast.Name) and n.id == parent.targets[0].id
+                                                            for n in ast.walk(node)):
+        return "supplied"  # ``completion = "<think>" + completion``: the reward writes it into the text
     if isinstance(parent, ast.Assert) and parent.msg is node:
         return "message"
     if isinstance(parent, ast.keyword) and _message_call(parents.get(id(parent)), parents):
@@ -147,6 +159,8 @@ def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and node in parent.args:
         name, owner = parent.func.attr, parent.func.value
         if isinstance(owner, ast.Name) and owner.id in ("re", "regex"):
+            if name in _REGEX_TESTS - {"compile"} and parent.args.index(node) > 0:
+                return "supplied"  # ``re.match(P, "<think>" + c)``: part of the text searched, not the pattern
             return "regex" if name in _REGEX_TESTS else "processing" if name in _REGEX_EDITS else None
         if name in _TEXT_SEARCHES:
             return "processing" if _cuts(parent, parents) else "literal"
