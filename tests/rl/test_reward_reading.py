@@ -675,3 +675,59 @@ def test_a_tag_the_reward_adds_to_the_text_itself_is_not_needed_from_the_complet
     assert tags("prepended") == ["</think>", "<answer>", "</answer>"]
     assert tags("searched_with_it") == ["</think>"]
     assert tags("pattern_built") == ["<think>", "</think>"]
+
+
+CHAINS = r'''import re
+
+
+def either_block(completions, **kwargs):
+    out = []
+    for c in completions:
+        if "<reasoning>" in c:
+            ok = re.fullmatch(r"<reasoning>.*?</reasoning>\s*\d+", c, re.S)
+        elif "<think>" in c:
+            ok = re.fullmatch(r"<think>.*?</think>\s*\d+", c, re.S)
+        else:
+            ok = None
+        out.append(1.0 if ok else 0.0)
+    return out
+
+
+def extract_solution(solution_str):
+    if "Assistant:" in solution_str:
+        solution_str = solution_str.split("Assistant:", 1)[1]
+    elif "<|im_start|>assistant" in solution_str:
+        solution_str = solution_str.split("<|im_start|>assistant", 1)[1]
+    else:
+        return None
+    m = re.findall(r"<answer>(.*?)</answer>", solution_str)
+    return m[-1] if m else None
+
+
+def compute_score(solution_str, ground_truth, format_score=0.1, score=1.0):
+    answer = extract_solution(solution_str)
+    return 0.0 if answer is None else score if answer == ground_truth else format_score
+
+
+def each_needed(completions, **kwargs):
+    out = []
+    for c in completions:
+        if "<think>" not in c:
+            out.append(0.0)
+        elif "</think>" not in c:
+            out.append(0.0)
+        else:
+            out.append(1.0)
+    return out
+'''
+
+
+def test_an_if_elif_chain_of_presence_tests_needs_one_branch_not_each(tmp_path):
+    """`if "<reasoning>" in c: ... elif "<think>" in c: ...` (Visual-ARFT), TinyZero's `if "Assistant:" in s ... elif
+    "<|im_start|>assistant" in s ...`: a completion takes one branch, so neither branch's tags are needed alone (they
+    were all required: TinyZero's `<|im_start|>` was even reported stripped and pre-filled); a tag outside the chain
+    still is. A chain of absence tests (`not in`) needs every tag."""
+    (tmp_path / "c.py").write_text(CHAINS)
+    assert _needed(tmp_path / "c.py", "either_block") == []
+    assert _needed(tmp_path / "c.py", "compute_score") == [r"<answer>(.*?)</answer>"]
+    assert _needed(tmp_path / "c.py", "each_needed") == ["<think>", "</think>"]

@@ -118,7 +118,7 @@ slice bound: ``text[text.find("</think>") + 8:]``)."""
 _MESSAGE_CALLS = frozenset({"print", "debug", "info", "warning", "warn", "error", "exception", "critical", "fatal",
                             "log"})
 """Calls whose string arguments are messages (``print``, ``logger.debug``, ``warnings.warn``), not tests."""
-_RANK = {"regex": 3, "literal": 2, "processing": 1, "supplied": 1, "message": 0}
+_RANK = {"regex": 3, "literal": 2, "alternative": 1, "processing": 1, "supplied": 1, "message": 0}
 
 
 def _standing(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, ast.AST | None]:
@@ -132,7 +132,42 @@ def _standing(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, ast.
 
 
 def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
-    """How the expression ``node`` is used where it stands, or None when that does not say."""
+    """How the expression ``node`` is used where it stands, or None when that does not say; a test inside one
+    branch of an if/elif chain of presence tests is an ``alternative`` (:func:`_alternatives`)."""
+    use = _direct_use_at(node, parents)
+    if use in ("regex", "literal") and _in_alternative(node, parents):
+        return "alternative"
+    return use
+
+
+def _in_alternative(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """``node`` stands in the test or the body of a branch of an if/elif chain of presence tests."""
+    child = node
+    while (parent := parents.get(id(child))) is not None and \
+            not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        if isinstance(parent, ast.If) and (child is parent.test or child in parent.body) and \
+                _alternatives(parent, parents):
+            return True
+        child = parent
+    return False
+
+
+def _alternatives(branch: ast.If, parents: dict[int, ast.AST]) -> bool:
+    """``branch`` is one of an if/elif chain of two or more branches that each test that a string is in the text
+    (``if "<reasoning>" in c: ... elif "<think>" in c: ...``): a completion needs one of them, not each."""
+    top = branch
+    while isinstance(above := parents.get(id(top)), ast.If) and len(above.orelse) == 1 and above.orelse[0] is top:
+        top = above
+    chain = [top]
+    while len(chain[-1].orelse) == 1 and isinstance(chain[-1].orelse[0], ast.If):
+        chain.append(chain[-1].orelse[0])
+    return len(chain) >= 2 and all(
+        isinstance(t := member.test, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.In)
+        and isinstance(t.left, ast.Constant) and isinstance(t.left.value, str) for member in chain)
+
+
+def _direct_use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
+    """How the expression ``node`` is used where it stands, by its own call or comparison."""
     piece = node
     node, parent = _standing(node, parents)
     if node is not piece and isinstance(parent, ast.Assign) and len(parent.targets) == 1 and \
@@ -148,7 +183,7 @@ def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
             return None
         guard = parents.get(id(parent))  # `if "</think>" in s: s = s.split("</think>")[-1]` only guards a cut
         if isinstance(guard, ast.If) and guard.test is parent and isinstance(node, ast.Constant) and any(
-                isinstance(n, ast.Constant) and n.value == node.value and _use_at(n, parents) == "processing"
+                isinstance(n, ast.Constant) and n.value == node.value and _direct_use_at(n, parents) == "processing"
                 for statement in guard.body for n in ast.walk(statement)) and not _scores_the_test(guard, parents):
             return "processing"
         return "literal"
