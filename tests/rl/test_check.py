@@ -99,6 +99,22 @@ def test_a_tag_read_with_a_fallback_to_the_whole_text_is_a_warning(base, tmp_pat
     assert "r'<thinking>.*</thinking>(.*)'" in (tmp_path / "fix" / "r.py").read_text()
 
 
+def test_a_wrapper_around_an_imported_scorer_is_checked_and_the_scorers_module_rewritten(base, tmp_path) -> None:
+    """The tags of a scorer the named function calls (`from scores import think_score`) are the run's; the rewrite
+    writes the module that holds them, not the wrapper."""
+    (tmp_path / "scores.py").write_text("import re\n\ndef think_score(text):\n"
+                                        "    return float(bool(re.search(r'<think>.*</think>', text, re.S)))\n")
+    (tmp_path / "wrap.py").write_text("from scores import think_score\n\ndef compute_score(data_source, "
+                                      "solution_str, ground_truth, extra_info=None):\n"
+                                      "    return think_score(solution_str)\n")
+    code, stdout, _ = invoke("rl", "check", "--engine", "verl", "--model", base, "--reward",
+                             f"{tmp_path / 'wrap.py'}:compute_score", "--rewrite-out", tmp_path / "fix", "--json")
+    report = json.loads(stdout)
+    assert code == 3 and [t["tag"] for t in report["tags"]] == ["<think>", "</think>"], report["tags"]
+    assert sorted(p.name for p in (tmp_path / "fix").glob("*.py")) == ["scores.py"]  # not the wrapper
+    assert "r'<thinking>.*</thinking>'" in (tmp_path / "fix" / "scores.py").read_text()
+
+
 def test_verls_older_top_level_reward_key_is_checked_with_a_note(tiny_checkpoint, tmp_path) -> None:
     """`custom_reward_function.path=...` of older verl scripts: verl 0.9.1's main_ppo no longer reads it."""
     (tmp_path / "r.py").write_text("import re\n\ndef compute_score(data_source, solution_str, ground_truth, "

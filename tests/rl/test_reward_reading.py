@@ -731,3 +731,29 @@ def test_an_if_elif_chain_of_presence_tests_needs_one_branch_not_each(tmp_path):
     assert _needed(tmp_path / "c.py", "either_block") == []
     assert _needed(tmp_path / "c.py", "compute_score") == [r"<answer>(.*?)</answer>"]
     assert _needed(tmp_path / "c.py", "each_needed") == ["<think>", "</think>"]
+
+
+def test_a_call_to_a_scorer_imported_from_a_module_beside_the_file_is_read(tmp_path):
+    """`from qa_em import compute_score as em` ... `return em(solution_str, ground_truth)`: the tags the called
+    scorer needs are the wrapper's (was: none, so a dead run read ok); `import qa_em` ... `qa_em.compute_score(...)`
+    too; the rewrite edits the module that holds the pattern. A module that cannot be found (an installed package
+    vlforge does not read) adds nothing."""
+    from vlforge.rl.rewrite import rewrite_reward_file
+
+    (tmp_path / "qa_em.py").write_text(
+        "import re\n\ndef compute_score(solution_str, ground_truth):\n"
+        "    m = re.search(r'<answer>(.*?)</answer>', solution_str)\n"
+        "    return 1.0 if m and m.group(1) == ground_truth else 0.0\n")
+    (tmp_path / "wrap.py").write_text(
+        "from qa_em import compute_score as em\nimport qa_em\nfrom math_verify_absent import verify\n\n"
+        "def by_name(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
+        "    return em(solution_str, ground_truth)\n\n"
+        "def by_module(data_source, solution_str, ground_truth, extra_info=None, **kw):\n"
+        "    return qa_em.compute_score(solution_str, ground_truth) + verify(solution_str)\n")
+    for function in ("by_name", "by_module"):
+        info = inspect_reward(tmp_path / "wrap.py", function)
+        assert info.needed == [("<answer>(.*?)</answer>", True)], function
+        assert info.files == [tmp_path / "qa_em.py"], function
+    source = (tmp_path / "qa_em.py").read_text()
+    text, _ = rewrite_reward_file(source, info.spans, info.uses, {"<answer>": "<ans>"}, [])
+    assert "r'<ans>(.*?)</answer>'" in text

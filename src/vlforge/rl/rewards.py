@@ -58,6 +58,9 @@ class RewardInfo:
     var_positional: bool = True
     spans: list[tuple[int, int, int, int]] = field(default_factory=list)
     """(line, column, end line, end column) of each pattern in the source, for rewrites."""
+    files: list[Path] = field(default_factory=list)
+    """The file each pattern is in: ``file``, or a module whose function the function calls
+    (:func:`_called_imports`)."""
     via: str | None = None
     """The import the named file takes the function with (``from .scores import compute_score``), when ``file`` is
     another module's."""
@@ -509,25 +512,56 @@ def pattern_soft(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST],
     return bool(places) and all(_soft_at(place, parents) for place in places)
 
 
-def _imported_from(node: ast.ImportFrom, file: Path, search: tuple[Path, ...]) -> Path | None:
+def _imported_from(node: ast.ImportFrom, file: Path, search: tuple[Path, ...], *, local: bool = False,
+                   submodule: str | None = None) -> Path | None:
     """The file of the module ``node`` imports from (``from .utils import f`` beside ``file``; ``from pkg.mod import
-    f`` in ``file``'s directory, ``search`` or ``sys.path``), or None."""
-    parts = (node.module or "").split(".") if node.module else []
+    f`` in ``file``'s directory, ``search`` or, unless ``local``, ``sys.path``), or None; with ``submodule``, the
+    file of that module of it (``from pkg import mod``)."""
+    parts = [*((node.module or "").split(".") if node.module else []), *([submodule] if submodule else [])]
     here = file.resolve().parents
     if node.level:
-        return _module_file(parts, [here[node.level - 1]]) if node.level <= len(here) else None
-    return _module_file(parts, [here[0], *search])
+        return _module_file(parts, [here[node.level - 1]], local=True) if node.level <= len(here) else None
+    return _module_file(parts, [here[0], *search], local=local)
 
 
-def _module_file(parts: list[str], bases: list[Path]) -> Path | None:
+def _module_file(parts: list[str], bases: list[Path], *, local: bool = False) -> Path | None:
     """The file of the module ``parts`` (``["pkg", "mod"]``; empty: the package at a base) under the first of
-    ``bases`` then ``sys.path`` that holds it: ``pkg/mod.py`` or ``pkg/mod/__init__.py``."""
-    for base in [*bases, *(Path(p) for p in sys.path if p)]:
+    ``bases`` then (unless ``local``) ``sys.path`` that holds it: ``pkg/mod.py`` or ``pkg/mod/__init__.py``."""
+    for base in [*bases, *([] if local else (Path(p) for p in sys.path if p))]:
         stem = base.joinpath(*parts)
         for candidate in (stem.with_suffix(".py") if parts else None, stem / "__init__.py"):
             if candidate is not None and candidate.is_file():
                 return candidate
     return None
+
+
+def _called_imports(tree: ast.Module, within: set[int], file: Path, search: tuple[Path, ...]
+                    ) -> list[tuple[Path, str]]:
+    """The imported functions the nodes ``within`` call, as ``(module file, function)``: ``from M import f`` ...
+    ``f(...)``, ``import M`` / ``from P import M`` ... ``M.f(...)``; only modules beside ``file`` or on ``search``
+    (an installed package's code is not read)."""
+    bound: dict[str, tuple[ast.Import | ast.ImportFrom, str]] = {}
+    for node in _module_statements(tree.body):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                local = alias.asname or (alias.name if isinstance(node, ast.ImportFrom) else alias.name.split(".")[0])
+                bound[local] = (node, alias.name)
+    here = file.resolve().parent
+    out: list[tuple[Path, str]] = []
+    for call in ast.walk(tree):
+        if not (isinstance(call, ast.Call) and id(call) in within):
+            continue
+        func, source, name = call.func, None, ""
+        if isinstance(func, ast.Name) and isinstance((entry := bound.get(func.id, (None, "")))[0], ast.ImportFrom):
+            source, name = _imported_from(entry[0], file, search, local=True), entry[1]
+        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in bound:
+            node, module = bound[func.value.id]
+            source = _module_file(module.split("."), [here, *search], local=True) if isinstance(node, ast.Import) \
+                else _imported_from(node, file, search, local=True, submodule=module)
+            name = func.attr
+        if source is not None and (source, name) not in out:
+            out.append((source, name))
+    return out
 
 
 def _method_kind(node: ast.AST) -> str | None:
@@ -566,10 +600,11 @@ def read_source(file: Path) -> tuple[str, str]:
 
 
 def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
-                   _seen: frozenset[tuple[Path, str]] = frozenset()) -> RewardInfo:
+                   _seen: frozenset[tuple[Path, str]] = frozenset(), _called: bool = False) -> RewardInfo:
     """Parse ``file`` and describe ``function``; a missing file, a syntax error or a missing function is one line.
     A function the file imports (``from scores import compute_score``) is read from the module it comes from (found
-    beside ``file``, on ``search`` or ``sys.path``); ``via`` records the import."""
+    beside ``file``, on ``search`` or ``sys.path``); ``via`` records the import. The imported functions it calls
+    (:func:`_called_imports`) are read one level deep (``_called``), their strings only where a use shows."""
     if file.is_dir():
         raise ConfigError(f"--reward {file}: is a directory, not a Python file")
     if not file.is_file():
@@ -596,7 +631,7 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
         if (source.resolve(), original) in seen:
             raise ConfigError(f"--reward {file}: {function!r} is imported from {module}, which imports it back: the "
                               "imports form a cycle and define no function")
-        found = inspect_reward(source, original, search, _seen=seen)
+        found = inspect_reward(source, original, search, _seen=seen, _called=_called)
         return dataclasses.replace(found, via=f"from {module} import {original}")  # the named file's own import
     found = [n for n in bindings if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     assigned = [n for n in bindings if isinstance(n, ast.Assign)]
@@ -633,7 +668,7 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
             patterns.append(node.value)
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
             shown = pattern_use(node, tree, parents, within, shown_only=True)
-            uses.append(shown or "regex")
+            uses.append(shown or ("processing" if _called else "regex"))  # library code: only what it shows
             soft.append(pattern_soft(node, tree, parents, within))
             if shown == "regex" and _whole(node, parents):
                 try:  # the engine would raise at its first score
@@ -642,10 +677,21 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
                     raise ConfigError(f"--reward {file}:{node.lineno}: the regex {node.value!r} does not compile "
                                       f"({error})") from None
     order = sorted(range(len(patterns)), key=lambda i: spans[i])
-    return RewardInfo(file=file, function=function, params=params, var_keyword=var_keyword, positional=positional,
+    info = RewardInfo(file=file, function=function, params=params, var_keyword=var_keyword, positional=positional,
                       required=required, var_positional=var_positional,
                       patterns=[patterns[i] for i in order], uses=[uses[i] for i in order],
-                      soft=[soft[i] for i in order], spans=[spans[i] for i in order])
+                      soft=[soft[i] for i in order], spans=[spans[i] for i in order], files=[file] * len(order))
+    seen = _seen | {(file.resolve(), function)}
+    for source, name in [] if _called else _called_imports(tree, within, file, search):  # one level: the scorers
+        if (source.resolve(), name) in seen:
+            continue
+        try:
+            called = inspect_reward(source, name, search, _seen=seen, _called=True)
+        except ConfigError:  # not a function vlforge can read there (a class, a name it re-exports): adds nothing
+            continue
+        for key in ("patterns", "uses", "soft", "spans", "files"):
+            getattr(info, key).extend(getattr(called, key))
+    return info
 
 
 VERL_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")

@@ -195,11 +195,18 @@ def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: st
         else:
             assert spec.reward_file is not None and spec.reward_function is not None
             info = inspect_reward(spec.reward_file, spec.reward_function, tuple(spec.reward_paths))
-            path = out / info.file.name  # the file that defines the function (it may be imported by the one named)
-            source, encoding = read_source(info.file)
-            text, manual = rewrite_reward_file(source, info.spans, info.uses, mapping, optional, prefill)
-            atomic_write_bytes(path, text.encode(encoding), writer="rl check")  # as the file was written
-            written[str(path)] = change + "".join(f"; line {line}: {why}" for line, why in manual)
+            names: set[str] = set()
+            for file in dict.fromkeys(info.files):  # the function's own file, the modules whose scorers it calls
+                mine = [i for i, other in enumerate(info.files) if other == file]
+                path = out / (file.name if file.name not in names else f"{file.parent.name}_{file.name}")
+                names.add(path.name)
+                source, encoding = read_source(file)
+                text, manual = rewrite_reward_file(source, [info.spans[i] for i in mine], [info.uses[i] for i in mine],
+                                                   mapping, optional, prefill)
+                if text == source and not manual:
+                    continue
+                atomic_write_bytes(path, text.encode(encoding), writer="rl check")  # as the file was written
+                written[str(path)] = change + "".join(f"; line {line}: {why}" for line, why in manual)
     if mapping and template_text is not None and any(k in template_text for k in mapping):
         path = out / "chat_template.jinja"
         atomic_write_text(path, rewrite(template_text, mapping), writer="rl check")
