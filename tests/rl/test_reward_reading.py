@@ -757,3 +757,51 @@ def test_a_call_to_a_scorer_imported_from_a_module_beside_the_file_is_read(tmp_p
     source = (tmp_path / "qa_em.py").read_text()
     text, _ = rewrite_reward_file(source, info.spans, info.uses, {"<answer>": "<ans>"}, [])
     assert "r'<ans>(.*?)</answer>'" in text
+
+
+OTHER_DATA = r'''import re
+
+
+def answer_in_solution(completions, solution, **kwargs):
+    contents = [completion[0]["content"] for completion in completions]
+    rewards = []
+    for content, sol in zip(contents, solution):
+        if "<answer>" in sol:
+            sol = sol.split("<answer>")[1]
+        gt = re.search(r"<answer>(.*?)</answer>", sol)
+        rewards.append(float(content.strip() == (gt.group(1) if gt else sol)))
+    return rewards
+
+
+def truth_tagged(data_source, solution_str, ground_truth, extra_info=None):
+    truth = re.search(r"<answer>(.*?)</answer>", ground_truth).group(1)
+    return float(truth in solution_str)
+
+
+def from_kwargs(completions, **kwargs):
+    answers = kwargs["answer"]
+    return [float("<answer>" in a and a in c) for c, a in zip(completions, answers)]
+
+
+def completion_tagged(completions, solution, **kwargs):
+    return [float(bool(re.search(r"<answer>(.*?)</answer>", c)) and s in c) for c, s in zip(completions, solution)]
+
+
+def helper(text):
+    return "<answer>" in text
+
+
+def through_a_helper(completions, solution, **kwargs):
+    return [float(helper(s)) for s in solution]
+'''
+
+
+def test_a_tag_tested_on_the_ground_truth_or_another_column_is_not_needed_from_the_completion(tmp_path):
+    """Visual-ARFT's `"<answer>" in sol`, a regex over verl's ground_truth, a TRL column read from kwargs: the test
+    reads the data, not the completion. A test on the completion stays required; one in a helper whose argument is
+    not traced stays too (the check does not guess)."""
+    (tmp_path / "o.py").write_text(OTHER_DATA)
+    for function in ("answer_in_solution", "truth_tagged", "from_kwargs"):
+        assert _needed(tmp_path / "o.py", function) == [], function
+    assert _needed(tmp_path / "o.py", "completion_tagged") == [r"<answer>(.*?)</answer>"]
+    assert _needed(tmp_path / "o.py", "through_a_helper") == ["<answer>"]

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
 import importlib.util
 import inspect
@@ -121,7 +122,9 @@ slice bound: ``text[text.find("</think>") + 8:]``)."""
 _MESSAGE_CALLS = frozenset({"print", "debug", "info", "warning", "warn", "error", "exception", "critical", "fatal",
                             "log"})
 """Calls whose string arguments are messages (``print``, ``logger.debug``, ``warnings.warn``), not tests."""
-_RANK = {"regex": 3, "literal": 2, "alternative": 1, "processing": 1, "supplied": 1, "message": 0}
+_RANK = {"regex": 3, "literal": 2, "alternative": 1, "processing": 1, "supplied": 1, "data": 1, "message": 0}
+_COMPLETION_PARAMS = {"trl": ("completions", "completion_ids"), "verl": ("solution_str",), "openrlhf": ("queries",)}
+"""The parameters that carry the completion, by engine signature (EasyR1's and verl's built-in scorers: the first)."""
 
 
 def _standing(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, ast.AST | None]:
@@ -268,6 +271,88 @@ def _partial_credit(test: ast.AST, parents: dict[int, ast.AST]) -> bool:
     if adds(parent):
         return True
     return isinstance(parent, ast.If) and parent.test is node and not parent.orelse and all(map(adds, parent.body))
+
+
+def _tests_data(place: ast.AST, parents: dict[int, ast.AST], checked: ast.AST, completion: set[str]) -> bool:
+    """The test at ``place`` reads only parameters of the checked function ``checked`` other than the ``completion``
+    ones (the ground truth, a dataset column, the prompt), through the assignments and loops of that function."""
+    node, parent = _standing(place, parents)
+    subject: ast.AST | None = None
+    if isinstance(parent, ast.Compare) and len(parent.ops) == 1:
+        subject = parent.comparators[0] if parent.left is node else parent.left
+    elif isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute):
+        owner = parent.func.value
+        if isinstance(owner, ast.Name) and owner.id in ("re", "regex"):
+            subject = parent.args[1] if len(parent.args) > 1 and parent.args[0] is node else None
+        else:
+            subject = owner
+    if subject is None or _scope(place, parents) is not checked or not completion:
+        return False
+    params = {a.arg for a in (*checked.args.posonlyargs, *checked.args.args, *checked.args.kwonlyargs)}
+    params |= {a.arg for a in (checked.args.vararg, checked.args.kwarg) if a is not None}
+    origins = _origins(subject, checked, params, frozenset())
+    return bool(origins) and not origins & completion
+
+
+def _origins(expr: ast.AST, scope: ast.AST, params: set[str], seen: frozenset[str]) -> set[str] | None:
+    """The parameters of ``scope`` whose values reach ``expr`` (through assignments, loops, comprehensions, calls on
+    them), or None when a name's value is not traced (a global, ``self``, a with or except target)."""
+    inner = {n.id for comp in ast.walk(expr) if isinstance(comp, ast.comprehension) for n in ast.walk(comp.target)
+             if isinstance(n, ast.Name)}
+    called = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
+    out: set[str] = set()
+    for name in ast.walk(expr):
+        if not isinstance(name, ast.Name) or not isinstance(name.ctx, ast.Load) or name.id in inner or \
+                id(name) in called or name.id in seen:
+            continue
+        if name.id in params:
+            out.add(name.id)
+            continue
+        sources = _bound_values(name.id, scope)
+        if not sources:
+            if name.id in dir(builtins):
+                continue
+            return None
+        for source in sources:
+            got = _origins(source, scope, params, seen | {name.id})
+            if got is None:
+                return None
+            out |= got
+    return out
+
+
+def _bound_values(name: str, scope: ast.AST) -> list[ast.AST]:
+    """The expressions ``scope`` binds ``name`` to: assignments (a tuple's own element where the value is one),
+    ``for`` and comprehension targets (``zip(a, b)`` and ``enumerate(a)`` element-wise), walrus."""
+    out: list[ast.AST] = []
+
+    def bind(target: ast.AST, value: ast.AST) -> None:
+        if isinstance(target, ast.Name) and target.id == name:
+            out.append(value)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            parts: list[ast.AST] | None = None
+            if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts):
+                parts = list(value.elts)
+            elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "zip" and \
+                    len(value.args) == len(target.elts):
+                parts = list(value.args)
+            elif isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
+                    value.func.id == "enumerate" and len(target.elts) == 2 and value.args:
+                parts = [ast.Constant(0), value.args[0]]
+            for i, element in enumerate(target.elts):
+                bind(element, parts[i] if parts is not None else value)
+
+    for node in ast.walk(scope):
+        if isinstance(node, ast.Assign):
+            for target in node.targets:
+                bind(target, node.value)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)) and node.value is not None:
+            bind(node.target, node.value)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            bind(node.target, node.iter)
+        elif isinstance(node, ast.NamedExpr):
+            bind(node.target, node.value)
+    return out
 
 
 def _falls_back(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
@@ -661,6 +746,9 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     docstrings = _docstring_nodes(tree)
     parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
     within = _reachable(tree, found[-1] if found else assigned[-1])
+    checked = found[-1] if found else None
+    signature = RewardInfo(file, function, params, var_keyword, []).signature
+    completion = set(_COMPLETION_PARAMS.get(signature, params[:1] if signature in (None, "easyr1") else []))
     patterns, spans, uses, soft = [], [], [], []
     for node in ast.walk(tree):
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
@@ -668,6 +756,10 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
             patterns.append(node.value)
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
             shown = pattern_use(node, tree, parents, within, shown_only=True)
+            if shown in ("regex", "literal") and checked is not None and all(
+                    _tests_data(place, parents, checked, completion) for place in _places(node, tree, parents, within)
+                    if _use_at(place, parents) in ("regex", "literal")):
+                shown = "data"  # ``re.search(r"<answer>(.*)</answer>", ground_truth)``: the data holds the tag
             uses.append(shown or ("processing" if _called else "regex"))  # library code: only what it shows
             soft.append(pattern_soft(node, tree, parents, within))
             if shown == "regex" and _whole(node, parents):
