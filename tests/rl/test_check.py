@@ -358,6 +358,7 @@ SIGNATURES = {
     "trl.py": "def format_reward(completions, **kwargs):\n    return [1.0 for _ in completions]\n",
     "verl.py": "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n",
     "three.py": "def compute_score(x, y, z):\n    return 1.0\n",
+    "two.py": "def compute_score(solution_str, ground_truth):\n    return 1.0\n",
     "none.py": "compute_score = None\n",
     "grpo.yaml": "model_name_or_path: x\nreward_funcs: [think_format_reward]\nlearning_rate: 1.0e-6\n",
     "e.yaml": "data:\n  format_prompt: '{{ content }} Think in <think> </think> tags.'\nworker:\n  reward:\n"
@@ -370,7 +371,10 @@ SIGNATURES = {
      "--reward trl.py:format_reward: format_reward(completions, **kwargs) is trl's reward signature, not verl's"),
     (["--engine", "openrlhf", "--reward", "verl.py:compute_score"], "is verl's reward signature, not openrlhf's"),
     (["--engine", "verl", "--reward", "three.py:compute_score"],
-     "verl calls compute_score(solution_str, ground_truth): compute_score(x, y, z) also requires z"),
+     "verl calls compute_score(data_source=, solution_str=, ground_truth=, extra_info=): compute_score(x, y, z) "
+     "cannot take data_source, solution_str, ground_truth, extra_info"),
+    (["--engine", "verl", "--reward", "two.py:compute_score"],  # verl's built-in signature, outside reward_score/
+     "compute_score(solution_str, ground_truth) cannot take data_source, extra_info"),
     (["--engine", "easyr1", "--reward", "three.py:compute_score"], "also requires y, z"),
     (["--engine", "trl", "--reward", "three.py:compute_score"], "needs **kwargs"),
     (["--engine", "verl", "--reward", "none.py:compute_score"], "'compute_score' is None, not a function"),

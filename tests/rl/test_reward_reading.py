@@ -601,6 +601,7 @@ def added(completions, **kwargs):
     for c in completions:
         score = 0.0
         score += 0.5 if re.search(r"<think>.*</think>", c, re.S) else 0.0
+        score += 0.5 if c.strip() else 0.0
         out.append(score)
     return out
 
@@ -670,7 +671,7 @@ def test_a_tag_the_reward_adds_to_the_text_itself_is_not_needed_from_the_complet
 
     def tags(function: str) -> list[str]:
         info = inspect_reward(tmp_path / "s.py", function)
-        return RewardPatterns("r", info.needed, info.firm, info.supplied).tags([])
+        return RewardPatterns.of("r", info).tags([])
 
     assert tags("prepended") == ["</think>", "<answer>", "</answer>"]
     assert tags("searched_with_it") == ["</think>"]
@@ -727,10 +728,16 @@ def test_an_if_elif_chain_of_presence_tests_needs_one_branch_not_each(tmp_path):
     "<|im_start|>assistant" in s ...`: a completion takes one branch, so neither branch's tags are needed alone (they
     were all required: TinyZero's `<|im_start|>` was even reported stripped and pre-filled); a tag outside the chain
     still is. A chain of absence tests (`not in`) needs every tag."""
+    from vlforge.rl.check import RewardPatterns
+
     (tmp_path / "c.py").write_text(CHAINS)
-    assert _needed(tmp_path / "c.py", "either_block") == []
-    assert _needed(tmp_path / "c.py", "compute_score") == [r"<answer>(.*?)</answer>"]
-    assert _needed(tmp_path / "c.py", "each_needed") == ["<think>", "</think>"]
+
+    def tags(function: str) -> list[str]:
+        return RewardPatterns.of("r", inspect_reward(tmp_path / "c.py", function)).tags([])
+
+    assert tags("either_block") == []
+    assert tags("compute_score") == ["<answer>", "</answer>"]
+    assert tags("each_needed") == ["<think>", "</think>"]
 
 
 def test_a_call_to_a_scorer_imported_from_a_module_beside_the_file_is_read(tmp_path):
@@ -793,15 +800,143 @@ def helper(text):
 
 def through_a_helper(completions, solution, **kwargs):
     return [float(helper(s)) for s in solution]
+
+
+def helper_on_the_completion(completions, **kwargs):
+    return [float(helper(c)) for c in completions]
 '''
 
 
 def test_a_tag_tested_on_the_ground_truth_or_another_column_is_not_needed_from_the_completion(tmp_path):
     """Visual-ARFT's `"<answer>" in sol`, a regex over verl's ground_truth, a TRL column read from kwargs: the test
-    reads the data, not the completion. A test on the completion stays required; one in a helper whose argument is
-    not traced stays too (the check does not guess)."""
+    reads the data, not the completion, also in a helper the function calls with the data. A test on the completion
+    stays required, in a helper called with it too."""
     (tmp_path / "o.py").write_text(OTHER_DATA)
-    for function in ("answer_in_solution", "truth_tagged", "from_kwargs"):
+    for function in ("answer_in_solution", "truth_tagged", "from_kwargs", "through_a_helper"):
         assert _needed(tmp_path / "o.py", function) == [], function
     assert _needed(tmp_path / "o.py", "completion_tagged") == [r"<answer>(.*?)</answer>"]
-    assert _needed(tmp_path / "o.py", "through_a_helper") == ["<answer>"]
+    assert _needed(tmp_path / "o.py", "helper_on_the_completion") == ["<answer>"]
+
+
+REVIEWED_SHAPES = r'''import re
+
+FMT = r"<think>.*?</think>\s*<answer>.*?</answer>"
+INVALID = "[invalid]"
+
+
+def one_addition(completions, **kwargs):
+    out = []
+    for c in completions:
+        reward = 0.0
+        if re.fullmatch(FMT, c, re.S):
+            reward += 1.0
+        out.append(reward)
+    return out
+
+
+def counted_pair(completions, **kwargs):
+    return [0.0 if c.count("<answer>") + c.count("</answer>") != 2 else 1.0 for c in completions]
+
+
+def by_source(data_source, solution_str, ground_truth, extra_info=None):
+    if "geo3k" in data_source:
+        return float(bool(re.fullmatch(r"<think>.*</think>.*\\boxed\{.*\}.*", solution_str, re.S)))
+    elif "gsm8k" in data_source:
+        return float(bool(re.search(r"<think>.*</think>\s*<answer>(.*)</answer>", solution_str, re.S)))
+    return 0.0
+
+
+def shared_by_branches(completions, **kwargs):
+    out = []
+    for c in completions:
+        if "<think>" in c:
+            ok = re.fullmatch(r"<think>.*</think>\s*<answer>.*</answer>", c, re.S)
+        elif "<reasoning>" in c:
+            ok = re.fullmatch(r"<reasoning>.*</reasoning>\s*<answer>.*</answer>", c, re.S)
+        else:
+            ok = None
+        out.append(1.0 if ok else 0.0)
+    return out
+
+
+def grown_pattern(completions, **kwargs):
+    pattern = r"<answer>.*?</answer>"
+    pattern = r"<think>.*?</think>\s*" + pattern
+    return [float(bool(re.fullmatch(pattern, c, re.S))) for c in completions]
+
+
+def tagged_truth(completions, solution, **kwargs):
+    out = []
+    for content, sol in zip(completions, solution):
+        sol = f"<answer>{sol.strip()}</answer>"
+        out.append(1.0 if sol in content else 0.0)
+    return out
+
+
+def read_directly(data_source, solution_str, ground_truth, extra_info=None):
+    m = re.search(r"<answer>(.*?)</answer>", solution_str)
+    pred = m.group(1) if m else solution_str
+    if m and pred.strip() == ground_truth:
+        return 1.0
+    return 0.0
+
+
+def named_constant(data_source, solution_str, ground_truth, extra_info=None):
+    m = re.search(r"<answer>(.*?)</answer>", solution_str)
+    pred = m.group(1) if m else INVALID
+    return float(pred == ground_truth)
+
+
+def another_name(completions, **kwargs):
+    out = []
+    for completion in completions:
+        text = "<think>" + completion
+        out.append(float(bool(re.search(r"^<think>.*</think>", text, re.S))))
+    return out
+
+
+COMPILED = re.compile(r"^<think>.*</think>", re.S)
+
+
+def compiled_match(completions, **kwargs):
+    return [float(bool(COMPILED.match("<think>" + c))) for c in completions]
+
+
+class Rewards:
+    FORMAT = r"<think>.*</think>"
+
+    @classmethod
+    def format_reward(cls, completions, **kwargs):
+        return [float(bool(re.fullmatch(cls.FORMAT, c, re.S))) for c in completions]
+
+    @staticmethod
+    def clean(text):
+        return text.strip()
+
+    @staticmethod
+    def accuracy(completions, solution, **kwargs):
+        return [float(Rewards.clean(c) == s) for c, s in zip(completions, solution)]
+'''
+
+
+@pytest.mark.parametrize(("function", "tags", "firm"), [
+    ("one_addition", ["<think>", "</think>", "<answer>", "</answer>"], True),  # the only term: no partial credit
+    ("counted_pair", ["<answer>", "</answer>"], True),  # a sum compared: one test
+    ("by_source", ["<think>", "</think>", "<answer>", "</answer>"], True),  # a chain on the data, not the completion
+    ("shared_by_branches", ["<answer>", "</answer>"], True),  # what every branch needs
+    ("grown_pattern", ["<answer>", "</answer>", "<think>", "</think>"], True),  # a pattern grown, not the completion
+    ("tagged_truth", ["<answer>", "</answer>"], True),  # the tags around the answer the completion must hold
+    ("read_directly", ["<answer>", "</answer>"], True),  # `if m and ...` reads the match itself
+    ("named_constant", ["<answer>", "</answer>"], True),  # a fallback to a module constant
+    ("another_name", ["</think>"], True),  # `text = "<think>" + completion`
+    ("compiled_match", ["</think>"], True),  # a compiled pattern's match of `"<think>" + c`
+    ("Rewards.format_reward", ["<think>", "</think>"], True),  # `cls.FORMAT`
+    ("Rewards.accuracy", [], True),  # calls `Rewards.clean`, not the whole class
+])
+def test_shapes_a_review_found_misread(tmp_path, function, tags, firm):
+    from vlforge.rl.check import RewardPatterns
+
+    (tmp_path / "r.py").write_text(REVIEWED_SHAPES)
+    found = RewardPatterns.of("r", inspect_reward(tmp_path / "r.py", function))
+    assert found.tags([]) == tags
+    assert (found.tags([], firm_only=True) == tags) == firm

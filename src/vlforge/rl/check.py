@@ -22,6 +22,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, Field
 
 from vlforge.rl.engines import engine
+from vlforge.rl.rewards import Need, RewardInfo, pattern_literals
 from vlforge.rl.spec import RunSpec
 from vlforge.rl.stats import VERDICT_EXIT
 
@@ -104,7 +105,6 @@ def read_tokenizer_once(path: Path) -> Any:
 
 def required_tags(patterns: list[tuple[str, bool]], added: list[str]) -> list[str]:
     """Tags every match of the reward's patterns (``(text, is_regex)``) contains, in order."""
-    from vlforge.rl.rewards import pattern_literals
     from vlforge.vocab.templates import find_tags
 
     out: list[str] = []
@@ -120,32 +120,49 @@ class RewardPatterns(NamedTuple):
     """What the reward is (for the report) and the strings its tags come from."""
 
     reward: str
-    needed: list[tuple[str, bool]]
-    """``(text, is_regex)``: the reward file's regexes and plain-text tests, not the strings it only cuts text with
-    (``split("</think>")``)."""
-    firm: list[tuple[str, bool]]
-    """Those of them a completion scores nothing without (:attr:`~vlforge.rl.rewards.RewardInfo.firm`)."""
+    needs: list[Need]
+    """The reward file's regexes and plain-text tests of the completion, not the strings it only cuts text with
+    (``split("</think>")``) (:attr:`~vlforge.rl.rewards.RewardInfo.needs`)."""
     supplied: list[str]
     """Strings the reward adds to the completion's text itself (``completion = "<think>" + completion``)."""
 
+    @classmethod
+    def of(cls, reward: str, info: RewardInfo) -> RewardPatterns:
+        return cls(reward, info.needs, info.supplied)
+
+    @property
+    def needed(self) -> list[tuple[str, bool]]:
+        return [(need.text, need.regex) for need in self.needs]
+
     def tags(self, added: list[str], *, firm_only: bool = False) -> list[str]:
-        """The tags a completion must hold (:func:`required_tags`), less those the reward supplies itself."""
+        """The tags a completion must hold (:func:`required_tags`): those of the tests outside any if/elif chain of
+        presence tests, and of each chain those every branch tests; less those the reward supplies itself.
+        ``firm_only``: without the soft tests (a completion scores without them too)."""
         from vlforge.vocab.templates import find_tags
 
+        needs = [need for need in self.needs if not (firm_only and need.soft)]
+        out = required_tags([(n.text, n.regex) for n in needs if n.branch is None], added)
+        chains: dict[str, dict[int, list[Need]]] = {}
+        for need in needs:
+            if need.branch is not None:
+                chains.setdefault(need.branch[0], {}).setdefault(need.branch[1], []).append(need)
+        for branches in chains.values():
+            tested = [required_tags([(n.text, n.regex) for n in members], added) for members in branches.values()]
+            shared = set.intersection(*map(set, tested)) if len(tested) > 1 else set()
+            out += [tag for tag in tested[0] if tag in shared and tag not in out]
         own = {tag for text in self.supplied for _s, _e, tag in find_tags(text, added)}
-        return [tag for tag in required_tags(self.firm if firm_only else self.needed, added) if tag not in own]
+        return [tag for tag in out if tag not in own]
 
 
 def reward_patterns(spec: RunSpec) -> RewardPatterns:
     """The reward of ``spec`` and its patterns: ``--format-regex``, or the reward file's (read without running it)."""
     if spec.format_regex is not None:
-        regex = [(spec.format_regex, True)]
-        return RewardPatterns(f"--format-regex {spec.format_regex}", regex, regex, [])
+        return RewardPatterns(f"--format-regex {spec.format_regex}", [Need(spec.format_regex, True)], [])
     from vlforge.rl.rewards import inspect_reward
 
     assert spec.reward_file is not None and spec.reward_function is not None
     info = inspect_reward(spec.reward_file, spec.reward_function, tuple(spec.reward_paths))
-    return RewardPatterns(f"{spec.reward_file}:{spec.reward_function}", info.needed, info.firm, info.supplied)
+    return RewardPatterns.of(f"{spec.reward_file}:{spec.reward_function}", info)
 
 
 def _trl_text_prompt(spec: RunSpec) -> str | None:

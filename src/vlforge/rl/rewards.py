@@ -26,13 +26,25 @@ import math
 import re
 import sys
 import tokenize
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vlforge.errors import ConfigError
 from vlforge.vocab.templates import TAG_RE, TemplateError, regex_literals
+
+
+@dataclass(frozen=True)
+class Need:
+    """A pattern the reward tests the completion with."""
+
+    text: str
+    regex: bool
+    soft: bool = False
+    """A completion without it scores too (a fallback to the whole text, partial credit)."""
+    branch: tuple[str, int] | None = None
+    """``(FILE:LINE of the chain, branch)``: tested only in that branch of an if/elif chain of presence tests."""
 
 
 @dataclass
@@ -47,8 +59,9 @@ class RewardInfo:
     """String constants that hold a tag (docstrings excluded), in source order: the function's own and those of
     the module-level helpers and constants it reaches (:func:`_reachable`), not the file's other functions'."""
     uses: list[str] = field(default_factory=list)
-    """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``literal``, ``processing``, ``supplied``
-    or ``message``."""
+    """How the file uses each pattern (:func:`pattern_use`): ``regex``, ``literal``, ``processing``, ``message``;
+    and, read in the checked function, ``supplied`` (written into the completion's text by the reward) or ``data``
+    (a test of the ground truth or another column, not of the completion)."""
     soft: list[bool] = field(default_factory=list)
     """Per pattern: the file scores a completion without it too (:func:`pattern_soft`: a fallback to the whole text,
     partial credit)."""
@@ -62,15 +75,26 @@ class RewardInfo:
     files: list[Path] = field(default_factory=list)
     """The file each pattern is in: ``file``, or a module whose function the function calls
     (:func:`_called_imports`)."""
+    branches: list[tuple[int, int] | None] = field(default_factory=list)
+    """Per pattern: ``(line of the chain, branch)`` when it is tested only in one branch of an if/elif chain of
+    presence tests on the completion (:func:`_branch_of`), else None."""
     via: str | None = None
     """The import the named file takes the function with (``from .scores import compute_score``), when ``file`` is
     another module's."""
 
     @property
+    def needs(self) -> list[Need]:
+        """The patterns the function tests the completion with (not those it only cuts text with)."""
+        branches = self.branches or [None] * len(self.patterns)
+        return [Need(text, use == "regex", soft, None if branch is None else (f"{file}:{branch[0]}", branch[1]))
+                for text, use, soft, branch, file in
+                zip(self.patterns, self.uses, self.soft, branches, self.files or [self.file] * len(branches),
+                    strict=True) if use in ("regex", "literal")]
+
+    @property
     def needed(self) -> list[tuple[str, bool]]:
-        """``(text, is_regex)`` of the patterns a completion must match: not those the file only cuts text with."""
-        return [(text, use == "regex") for text, use in zip(self.patterns, self.uses, strict=True)
-                if use in ("regex", "literal")]
+        """``(text, is_regex)`` of :attr:`needs`."""
+        return [(need.text, need.regex) for need in self.needs]
 
     @property
     def supplied(self) -> list[str]:
@@ -122,7 +146,7 @@ slice bound: ``text[text.find("</think>") + 8:]``)."""
 _MESSAGE_CALLS = frozenset({"print", "debug", "info", "warning", "warn", "error", "exception", "critical", "fatal",
                             "log"})
 """Calls whose string arguments are messages (``print``, ``logger.debug``, ``warnings.warn``), not tests."""
-_RANK = {"regex": 3, "literal": 2, "alternative": 1, "processing": 1, "supplied": 1, "data": 1, "message": 0}
+_RANK = {"regex": 3, "literal": 2, "processing": 1, "text": 1, "message": 0}
 _COMPLETION_PARAMS = {"trl": ("completions", "completion_ids"), "verl": ("solution_str",), "openrlhf": ("queries",)}
 """The parameters that carry the completion, by engine signature (EasyR1's and verl's built-in scorers: the first)."""
 
@@ -137,49 +161,81 @@ def _standing(node: ast.AST, parents: dict[int, ast.AST]) -> tuple[ast.AST, ast.
     return node, parent
 
 
-def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
-    """How the expression ``node`` is used where it stands, or None when that does not say; a test inside one
-    branch of an if/elif chain of presence tests is an ``alternative`` (:func:`_alternatives`)."""
-    use = _direct_use_at(node, parents)
-    if use in ("regex", "literal") and _in_alternative(node, parents):
-        return "alternative"
-    return use
-
-
-def _in_alternative(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
-    """``node`` stands in the test or the body of a branch of an if/elif chain of presence tests."""
-    child = node
-    while (parent := parents.get(id(child))) is not None and \
-            not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
-        if isinstance(parent, ast.If) and (child is parent.test or child in parent.body) and \
-                _alternatives(parent, parents):
-            return True
-        child = parent
-    return False
-
-
-def _alternatives(branch: ast.If, parents: dict[int, ast.AST]) -> bool:
-    """``branch`` is one of an if/elif chain of two or more branches that each test that a string is in the text
-    (``if "<reasoning>" in c: ... elif "<think>" in c: ...``): a completion needs one of them, not each."""
+def _presence_chain(branch: ast.If, parents: dict[int, ast.AST]) -> list[ast.If] | None:
+    """The if/elif chain ``branch`` belongs to when it has two or more branches that each test that a string is in
+    a text (``if "<reasoning>" in c: ... elif "<think>" in c: ...``), else None."""
     top = branch
     while isinstance(above := parents.get(id(top)), ast.If) and len(above.orelse) == 1 and above.orelse[0] is top:
         top = above
     chain = [top]
     while len(chain[-1].orelse) == 1 and isinstance(chain[-1].orelse[0], ast.If):
         chain.append(chain[-1].orelse[0])
-    return len(chain) >= 2 and all(
+    presence = len(chain) >= 2 and all(
         isinstance(t := member.test, ast.Compare) and len(t.ops) == 1 and isinstance(t.ops[0], ast.In)
         and isinstance(t.left, ast.Constant) and isinstance(t.left.value, str) for member in chain)
+    return chain if presence else None
 
 
-def _direct_use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
-    """How the expression ``node`` is used where it stands, by its own call or comparison."""
-    piece = node
+def _branch_of(place: ast.AST, parents: dict[int, ast.AST], checked: ast.AST, completion: set[str]
+               ) -> tuple[int, int] | None:
+    """``(chain, branch)`` of the innermost if/elif chain of presence tests on the completion (:func:`_presence_chain`,
+    its tests traced to ``completion`` in the ``checked`` function) whose branch test or body holds ``place``: a
+    completion takes one branch, so it needs what every branch tests, not each branch's own tags. The ``else`` is
+    taken as the failing path."""
+    child = place
+    while (parent := parents.get(id(child))) is not None and \
+            not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        if isinstance(parent, ast.If) and (child is parent.test or child in parent.body):
+            chain = _presence_chain(parent, parents)
+            scope = _scope(parent, parents)
+            roles = _roles(scope, checked, completion) if chain is not None else None
+            if roles is not None and all(_origins_in(member.test.comparators[0], scope, roles[0], any)
+                                         for member in chain):
+                return chain[0].lineno, chain.index(parent)
+        child = parent
+    return None
+
+
+def _roles(scope: ast.AST | None, checked: ast.AST, completion: set[str]) -> tuple[set[str], set[str]] | None:
+    """``(completion parameters, data parameters)`` of ``scope``: the ``checked`` function's own, or those of a
+    module-level helper it calls directly (``extract(solution_str)``: a parameter that any call fills from the
+    completion is one, a parameter every call fills from other parameters is data); None for other scopes."""
+    if scope is checked:
+        return completion, _params(checked) - completion
+    if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    calls = [n for n in ast.walk(checked) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+             and n.func.id == scope.name]
+    if not calls:
+        return None
+    positional = [a.arg for a in (*scope.args.posonlyargs, *scope.args.args)]
+    filled: dict[str, list[set[str] | None]] = {}
+    for call in calls:
+        pairs = [*zip(positional, call.args, strict=False), *((k.arg, k.value) for k in call.keywords if k.arg)]
+        for param, arg in pairs:
+            filled.setdefault(param, []).append(_origins(arg, checked, _params(checked), frozenset()))
+    reads = {param for param, sources in filled.items() if any(o and o & completion for o in sources)}
+    data = {param for param, sources in filled.items() if param not in reads and len(sources) == len(calls)
+            and all(sources)}
+    return reads, data
+
+
+def _origins_in(expr: ast.AST, scope: ast.AST, names: set[str], how: Callable[[Iterable[bool]], bool]) -> bool:
+    """``how`` (``any`` / ``all``) of the parameters ``expr`` is computed from (:func:`_origins`) are in ``names``;
+    False when it is computed from none, or from a value not traced."""
+    origins = _origins(expr, scope, _params(scope), frozenset())
+    return bool(origins) and how(origin in names for origin in origins)
+
+
+def _params(function: ast.AST) -> set[str]:
+    args = function.args
+    return {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg) if a is not None}
+
+
+def _use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
+    """How the expression ``node`` is used where it stands, by its own call or comparison, or None when that does
+    not say; ``text`` when it is part of the text a regex searches (``re.match(P, "<think>" + c)``)."""
     node, parent = _standing(node, parents)
-    if node is not piece and isinstance(parent, ast.Assign) and len(parent.targets) == 1 and \
-            isinstance(parent.targets[0], ast.Name) and any(isinstance(n, ast.Name) and n.id == parent.targets[0].id
-                                                            for n in ast.walk(node)):
-        return "supplied"  # ``completion = "<think>" + completion``: the reward writes it into the text
     if isinstance(parent, ast.Assert) and parent.msg is node:
         return "message"
     if isinstance(parent, ast.keyword) and _message_call(parents.get(id(parent)), parents):
@@ -189,7 +245,7 @@ def _direct_use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
             return None
         guard = parents.get(id(parent))  # `if "</think>" in s: s = s.split("</think>")[-1]` only guards a cut
         if isinstance(guard, ast.If) and guard.test is parent and isinstance(node, ast.Constant) and any(
-                isinstance(n, ast.Constant) and n.value == node.value and _direct_use_at(n, parents) == "processing"
+                isinstance(n, ast.Constant) and n.value == node.value and _use_at(n, parents) == "processing"
                 for statement in guard.body for n in ast.walk(statement)) and not _scores_the_test(guard, parents):
             return "processing"
         return "literal"
@@ -201,7 +257,7 @@ def _direct_use_at(node: ast.AST, parents: dict[int, ast.AST]) -> str | None:
         name, owner = parent.func.attr, parent.func.value
         if isinstance(owner, ast.Name) and owner.id in ("re", "regex"):
             if name in _REGEX_TESTS - {"compile"} and parent.args.index(node) > 0:
-                return "supplied"  # ``re.match(P, "<think>" + c)``: part of the text searched, not the pattern
+                return "text"  # ``re.match(P, "<think>" + c)``: part of the text searched, not the pattern
             return "regex" if name in _REGEX_TESTS else "processing" if name in _REGEX_EDITS else None
         if name in _TEXT_SEARCHES:
             return "processing" if _cuts(parent, parents) else "literal"
@@ -256,21 +312,33 @@ def _soft_at(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
 
 
 def _partial_credit(test: ast.AST, parents: dict[int, ast.AST]) -> bool:
-    """``test`` adds to a score among other terms: a term of a sum (``0.5 * ("<think>" in t) + ...``), what an
-    augmented assignment adds (``score += 0.5 if m else 0``), or the test of an ``if`` (no ``else``) that only adds to
-    or subtracts from running scores (``if t.count("<think>") == 1: count += 0.25``)."""
-    node = test
+    """``test`` adds to a score beside other terms: a term of a sum with another non-constant term that is not
+    compared (``0.5 * ("<think>" in t) + 0.5 * ok``, not ``t.count(a) + t.count(b) != 2``), or what an augmented
+    assignment adds (``score += 0.5 if m else 0``; an ``if`` without ``else`` whose body only does that: ``if
+    t.count("<think>") == 1: count += 0.25``) to a name that some other statement adds to as well."""
+    node, summed = test, False
     while (parent := parents.get(id(node))) is not None and not isinstance(parent, ast.stmt):
-        if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub)):
-            return True
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub)) and \
+                not isinstance(parent.right if parent.left is node else parent.left, ast.Constant):
+            summed = True
+        if summed and isinstance(parent, ast.Compare):
+            return False
         node = parent
+    if summed:
+        return True
 
     def adds(statement: ast.AST | None) -> bool:
-        return isinstance(statement, ast.AugAssign) and isinstance(statement.op, (ast.Add, ast.Sub))
+        return isinstance(statement, ast.AugAssign) and isinstance(statement.op, (ast.Add, ast.Sub)) and \
+            isinstance(statement.target, ast.Name)
 
-    if adds(parent):
-        return True
-    return isinstance(parent, ast.If) and parent.test is node and not parent.orelse and all(map(adds, parent.body))
+    own = [parent] if adds(parent) else parent.body if isinstance(parent, ast.If) and parent.test is node and \
+        not parent.orelse and parent.body and all(map(adds, parent.body)) else []
+    scope = _scope(test, parents)
+    if not own or scope is None:
+        return False
+    targets = {statement.target.id for statement in own}
+    others = [n for n in ast.walk(scope) if adds(n) and n.target.id in targets and all(n is not o for o in own)]
+    return bool(others)
 
 
 def _tests_data(place: ast.AST, parents: dict[int, ast.AST], checked: ast.AST, completion: set[str]) -> bool:
@@ -286,12 +354,9 @@ def _tests_data(place: ast.AST, parents: dict[int, ast.AST], checked: ast.AST, c
             subject = parent.args[1] if len(parent.args) > 1 and parent.args[0] is node else None
         else:
             subject = owner
-    if subject is None or _scope(place, parents) is not checked or not completion:
-        return False
-    params = {a.arg for a in (*checked.args.posonlyargs, *checked.args.args, *checked.args.kwonlyargs)}
-    params |= {a.arg for a in (checked.args.vararg, checked.args.kwarg) if a is not None}
-    origins = _origins(subject, checked, params, frozenset())
-    return bool(origins) and not origins & completion
+    scope = _scope(place, parents)
+    roles = _roles(scope, checked, completion) if subject is not None and completion else None
+    return roles is not None and _origins_in(subject, scope, roles[1], all)
 
 
 def _origins(expr: ast.AST, scope: ast.AST, params: set[str], seen: frozenset[str]) -> set[str] | None:
@@ -356,10 +421,11 @@ def _bound_values(name: str, scope: ast.AST) -> list[ast.AST]:
 
 
 def _falls_back(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
-    """The match ``call`` returns is bound to a name that every test of it reads with a fallback to the text when
-    nothing matched: ``m.group(1) if m else text``, ``if m: answer = m.group(1) else: answer = text``. A completion
-    without the pattern is then scored on its text; a fallback to a constant (``else ""``), a return or a raise
-    scores it apart."""
+    """The match ``call`` returns is bound to a name read only by tests with a fallback to the text when nothing
+    matched and inside their matched branch (``m.group(1) if m else text``, ``if m: answer = m.group(1) else: answer
+    = text``), or ``call`` stands in a ``try`` whose handlers keep the text. A completion without the pattern is then
+    scored on its text; a fallback to a constant (``else ""``, ``else INVALID``), a return or a raise scores it
+    apart, and so does a test that reads the match itself (``if m and answer == truth``)."""
     holder = parents.get(id(call))
     scope = _scope(call, parents)
     if scope is None:
@@ -375,17 +441,27 @@ def _falls_back(call: ast.Call, parents: dict[int, ast.AST]) -> bool:
         guard = parents.get(id(statement))
         return isinstance(guard, ast.Try) and statement in guard.body and bool(guard.handlers) and all(
             _keeps_text(handler.body) for handler in guard.handlers)
-    verdicts = []
+    verdicts, read = [], set()
     for node in ast.walk(scope):
         if isinstance(node, (ast.If, ast.IfExp)) and (missing := _branch_without_match(node, name)) is not None:
+            matched = node.body if missing is node.orelse else node.orelse
+            read |= {id(n) for part in [node.test, *(matched if isinstance(matched, list) else [matched])]
+                     for n in ast.walk(part)}
             if isinstance(node, ast.IfExp):
-                verdicts.append(not _constant(missing))
+                verdicts.append(not _constant(missing) and not _global(missing, scope))
             elif missing:
                 verdicts.append(_keeps_text(missing))
             else:  # ``if m: text = m[-1]``: a text bound before keeps its value
                 verdicts.append(_keeps_text(node.body) and all(
                     _bound_before(target.id, node, scope) for s in node.body for target in s.targets))
-    return bool(verdicts) and all(verdicts)
+    loads = [n for n in ast.walk(scope) if isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)]
+    # ``if m and pred == gt`` reads the match itself: no fallback then
+    return bool(verdicts) and all(verdicts) and all(id(n) in read for n in loads)
+
+
+def _global(expr: ast.AST, scope: ast.AST) -> bool:
+    """``expr`` is a name the function neither takes nor binds (a module constant: ``else INVALID``)."""
+    return isinstance(expr, ast.Name) and expr.id not in _params(scope) and not _bound_values(expr.id, scope)
 
 
 def _keeps_text(statements: list[ast.stmt]) -> bool:
@@ -519,12 +595,19 @@ def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     return names - declared
 
 
-def _reachable(tree: ast.Module, start: ast.AST) -> set[int]:
+def _reachable(tree: ast.Module, start: ast.AST, owner: ast.ClassDef | None = None) -> set[int]:
     """Ids of the nodes ``start`` can run or read: its own, and those of the module-level functions, classes and
     assignments it names, transitively (a helper, a pattern constant), and the decorated functions a registry it
-    reads collects (``@register`` appending to the ``REWARDS`` it iterates). Other functions of the file are not."""
+    reads collects (``@register`` appending to the ``REWARDS`` it iterates). Other functions of the file are not.
+    ``Class.attr`` (and ``cls.attr`` / ``self.attr`` in a method of ``owner``) reaches that member, not the class."""
     defined = _module_bindings(tree)
     seen: set[int] = set()
+
+    def members(cls: ast.ClassDef, attr: str) -> list[ast.AST]:
+        return [n for n in cls.body if getattr(n, "name", None) == attr or (
+            isinstance(n, (ast.Assign, ast.AnnAssign)) and any(
+                isinstance(t, ast.Name) and t.id == attr
+                for target in (n.targets if isinstance(n, ast.Assign) else [n.target]) for t in ast.walk(target)))]
 
     def reach(first: ast.AST) -> None:
         queue = [first]
@@ -533,9 +616,18 @@ def _reachable(tree: ast.Module, start: ast.AST) -> set[int]:
             if id(top) in seen:
                 continue
             own = _local_names(top) if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else set()
-            for node in ast.walk(top):
+            by_member: set[int] = set()
+            for node in ast.walk(top):  # breadth first: an attribute before its owner's name
                 seen.add(id(node))
-                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in own:
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                    name = node.value.id
+                    classes = [owner] if owner is not None and name in ("cls", "self") else [] if name in own else \
+                        [d for d in defined.get(name, []) if isinstance(d, ast.ClassDef)]
+                    if classes:
+                        by_member.add(id(node.value))
+                        queue.extend(m for cls in classes for m in members(cls, node.attr) if id(m) not in seen)
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id not in own and \
+                        id(node) not in by_member:
                     queue.extend(d for d in defined.get(node.id, []) if id(d) not in seen)
 
     reach(start)
@@ -581,8 +673,9 @@ def pattern_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], 
                 *, shown_only: bool = False) -> str | None:
     """``regex`` (a regular expression a match is tested with), ``literal`` (a plain-text test: ``in``, ``==``,
     ``startswith``), ``processing`` (text cut or replaced: ``split("</think>")``, ``re.sub``) or ``message`` (logged,
-    printed or raised). A constant bound to a name takes its strongest use among that name's uses (those ``within``
-    the nodes given, when given); a use the file does not show counts as ``regex`` (None with ``shown_only``)."""
+    printed or raised), ``text`` (part of the text a regex searches). A constant bound to a name takes its strongest
+    use among that name's uses (those ``within`` the nodes given, when given); a use the file does not show counts as
+    ``regex`` (None with ``shown_only``)."""
     uses = [_use_at(place, parents) for place in _places(node, tree, parents, within)]
     known = [u for u in uses if u is not None]
     if known and len(known) == len(uses):
@@ -657,8 +750,9 @@ def _method_kind(node: ast.AST) -> str | None:
     return next((kind for kind in ("staticmethod", "classmethod") if kind in decorators), "method")
 
 
-def _method_of(file: Path, defined: dict[str, list[ast.AST]], owner: str, name: str) -> ast.AST:
-    """The static or class method ``owner.name`` of a module-level class, or one line saying why not."""
+def _method_of(file: Path, defined: dict[str, list[ast.AST]], owner: str, name: str
+               ) -> tuple[ast.ClassDef, ast.AST]:
+    """The class and its static or class method ``owner.name`` (a module-level class), or one line saying why not."""
     from vlforge.errors import did_you_mean
 
     classes = [n for n in defined.get(owner, []) if isinstance(n, ast.ClassDef)]
@@ -674,7 +768,7 @@ def _method_of(file: Path, defined: dict[str, list[ast.AST]], owner: str, name: 
     if _method_kind(node) == "method":
         raise ConfigError(f"--reward {file}: {owner}.{name} is an instance method, which the engine cannot call "
                           "without an instance: make it a @staticmethod, or name a module-level function")
-    return node
+    return classes[-1], node
 
 
 def read_source(file: Path) -> tuple[str, str]:
@@ -701,9 +795,15 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
         raise ConfigError(f"--reward {file}{line}: not valid Python ({error.msg})") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"--reward {file}: cannot read ({error})") from None
+    except RecursionError:
+        raise ConfigError(f"--reward {file}: nested too deeply for vlforge to read") from None
     defined = _module_bindings(tree)
+    seen = _seen | {(file.resolve(), function)}
     owner, _, method = function.rpartition(".")  # ``Class.method``: a static or class method (VLM-R1's modules)
-    bindings = [_method_of(file, defined, owner, method)] if owner else defined.get(function, [])
+    owner_class, bindings = None, defined.get(function, [])
+    if owner:
+        owner_class, member = _method_of(file, defined, owner, method)
+        bindings = [member]
     imported = None if owner else _import_of(tree, function)
     if imported is not None and (not bindings or imported[0].lineno > bindings[-1].lineno):
         node, original = imported
@@ -712,7 +812,6 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
         if source is None:
             raise ConfigError(f"--reward {file}: {function!r} is imported from {module}, whose file vlforge cannot "
                               "find (add its directory with --reward-path)")
-        seen = _seen | {(file.resolve(), function)}
         if (source.resolve(), original) in seen:
             raise ConfigError(f"--reward {file}: {function!r} is imported from {module}, which imports it back: the "
                               "imports form a cycle and define no function")
@@ -745,23 +844,23 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
         raise ConfigError(f"--reward {file}: {function!r} is {assigned[-1].value.value!r}, not a function")
     docstrings = _docstring_nodes(tree)
     parents = {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
-    within = _reachable(tree, found[-1] if found else assigned[-1])
+    within = _reachable(tree, found[-1] if found else assigned[-1], owner_class)
     checked = found[-1] if found else None
     signature = RewardInfo(file, function, params, var_keyword, []).signature
     completion = set(_COMPLETION_PARAMS.get(signature, params[:1] if signature in (None, "easyr1") else []))
-    patterns, spans, uses, soft = [], [], [], []
+    patterns, spans, uses, soft, branches = [], [], [], [], []
     for node in ast.walk(tree):
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
                 and id(node) in within and TAG_RE.search(node.value.replace("\\/", "/"))):  # r"<\/think>" too
             patterns.append(node.value)
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
-            shown = pattern_use(node, tree, parents, within, shown_only=True)
-            if shown in ("regex", "literal") and checked is not None and all(
-                    _tests_data(place, parents, checked, completion) for place in _places(node, tree, parents, within)
-                    if _use_at(place, parents) in ("regex", "literal")):
-                shown = "data"  # ``re.search(r"<answer>(.*)</answer>", ground_truth)``: the data holds the tag
+            shown = _read_use(node, tree, parents, within, checked, completion)
             uses.append(shown or ("processing" if _called else "regex"))  # library code: only what it shows
             soft.append(pattern_soft(node, tree, parents, within))
+            tests = [place for place in _places(node, tree, parents, within)
+                     if _use_at(place, parents) in ("regex", "literal")]
+            spots = {_branch_of(place, parents, checked, completion) for place in tests} if checked else {None}
+            branches.append(spots.pop() if shown in ("regex", "literal") and len(spots) == 1 else None)
             if shown == "regex" and _whole(node, parents):
                 try:  # the engine would raise at its first score
                     re.compile(node.value)
@@ -772,8 +871,8 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     info = RewardInfo(file=file, function=function, params=params, var_keyword=var_keyword, positional=positional,
                       required=required, var_positional=var_positional,
                       patterns=[patterns[i] for i in order], uses=[uses[i] for i in order],
-                      soft=[soft[i] for i in order], spans=[spans[i] for i in order], files=[file] * len(order))
-    seen = _seen | {(file.resolve(), function)}
+                      soft=[soft[i] for i in order], spans=[spans[i] for i in order], files=[file] * len(order),
+                      branches=[branches[i] for i in order])
     for source, name in [] if _called else _called_imports(tree, within, file, search):  # one level: the scorers
         if (source.resolve(), name) in seen:
             continue
@@ -781,19 +880,54 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
             called = inspect_reward(source, name, search, _seen=seen, _called=True)
         except ConfigError:  # not a function vlforge can read there (a class, a name it re-exports): adds nothing
             continue
-        for key in ("patterns", "uses", "soft", "spans", "files"):
-            getattr(info, key).extend(getattr(called, key))
+        held = set(zip(info.files, info.spans, strict=True))
+        for i, where in enumerate(zip(called.files, called.spans, strict=True)):
+            if where not in held:  # a module constant two called functions share: once
+                held.add(where)
+                for key in ("patterns", "uses", "soft", "spans", "files", "branches"):
+                    getattr(info, key).append(getattr(called, key)[i])
     return info
+
+
+def _read_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], within: set[int],
+              checked: ast.AST | None, completion: set[str]) -> str | None:
+    """:func:`pattern_use`, and where the checked function shows more: ``supplied`` for text the reward writes into
+    the completion (``text = "<think>" + completion``), ``data`` for a test of the ground truth or another column
+    (:func:`_tests_data`)."""
+    shown = pattern_use(node, tree, parents, within, shown_only=True)
+    if checked is None:
+        return shown
+    top, _parent = _standing(node, parents)
+    scope = _scope(node, parents)
+    roles = _roles(scope, checked, completion) if top is not node else None
+    if roles is not None and _origins_in(top, scope, roles[0], any):
+        return "supplied"
+    if shown == "text":
+        return "data"  # a searched text that is not the completion
+    tests = [place for place in _places(node, tree, parents, within) if _use_at(place, parents) in ("regex", "literal")]
+    if shown in ("regex", "literal") and tests and all(_tests_data(p, parents, checked, completion) for p in tests):
+        return "data"  # ``re.search(r"<answer>(.*)</answer>", ground_truth)``: the data holds the tag
+    return shown
 
 
 VERL_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
 """The keywords verl calls a ``custom_reward_function`` with (its ``reward_kwargs`` besides)."""
+VERL_SCORERS = ("gsm8k", "math_reward", "math_dapo", "math_verify", "math_batch", "prime_math", "prime_code",
+                "sandbox_fusion", "geo3k", "search_r1_like_qa_em", "rlla")
+"""The modules of verl 0.9.1's ``verl/utils/reward_score`` that its default_compute_score calls positionally."""
+
+
+def verl_scorer_file(file: Path) -> bool:
+    """``file`` is one of verl's built-in scorers: in a ``reward_score`` package (verl's own, a fork's such as
+    TinyZero's) or named as one of verl's (a copy, a rewrite)."""
+    return "reward_score" in file.resolve().parts or file.stem in VERL_SCORERS
 
 
 def call_problem(info: RewardInfo, engine: str, *, keywords: set[str], verl_positional: bool = False) -> str | None:
     """Why ``engine`` cannot call the function the way it calls reward functions, or None. ``keywords``: the extra
-    keyword arguments the run passes (``reward_kwargs``); ``verl_positional``: verl calls it as its built-in scorers
-    are called, ``f(solution_str, ground_truth)`` (a ``--reward`` file of verl's own ``reward_score`` package)."""
+    keyword arguments the run passes (``reward_kwargs``); ``verl_positional``: the function may be one of verl's
+    built-in scorers, which default_compute_score calls ``f(solution_str, ground_truth)`` (a ``--reward`` file in a
+    ``reward_score`` package: verl's own, or a fork's such as TinyZero's)."""
     shown = f"{info.function}({', '.join(info.params)}{', **' if info.var_keyword else ''}"
     shown += "kwargs)" if info.var_keyword else ")"
     if "." in info.function and engine != "trl":

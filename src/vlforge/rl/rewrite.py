@@ -198,8 +198,11 @@ def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: st
             names: set[str] = set()
             for file in dict.fromkeys(info.files):  # the function's own file, the modules whose scorers it calls
                 mine = [i for i, other in enumerate(info.files) if other == file]
-                path = out / (file.name if file.name not in names else f"{file.parent.name}_{file.name}")
-                names.add(path.name)
+                name = file.name
+                while name in names:  # two modules of one name (pkg_a/scores.py, pkg_b/scores.py)
+                    name = f"{len(names)}_{file.name}"
+                names.add(name)
+                path = out / name
                 source, encoding = read_source(file)
                 text, manual = rewrite_reward_file(source, [info.spans[i] for i in mine], [info.uses[i] for i in mine],
                                                    mapping, optional, prefill)

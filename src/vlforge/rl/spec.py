@@ -235,10 +235,11 @@ def resolve(request: RunRequest) -> RunSpec:
         with _named_by(sources, "prompts", "--prompts"):
             check_prompts_file(Path(found["prompts"]), found.get("prompt_key") or PROMPT_KEYS[name])
     if info is not None:
-        from vlforge.rl.rewards import call_problem
+        from vlforge.rl.rewards import call_problem, verl_scorer_file
 
         from_flag = sources.get("reward_file", "flag") == "flag"
-        problem = call_problem(info, name, keywords=set(found.get("reward_kwargs", {})), verl_positional=from_flag)
+        problem = call_problem(info, name, keywords=set(found.get("reward_kwargs", {})),
+                               verl_positional=from_flag and verl_scorer_file(info.file))
         if problem is None and info.via is not None and info.via.startswith("from .") and name in ("verl", "easyr1"):
             problem = (f"{name} loads this file by its path, so its relative import ({info.via}) fails when the run "
                        f"starts: import it absolutely, or name {info.file} itself")
