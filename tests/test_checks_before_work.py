@@ -120,7 +120,8 @@ def test_the_early_check_modules_import_nothing_heavy_and_their_examples_hold() 
     modules = ["vlforge.models.refs", "vlforge.models.input_checks", "vlforge.profile.options", "vlforge.vocab.thresholds",
                "vlforge.verify.options", "vlforge.extract.preflight", "vlforge.config.preflight",
                "vlforge.config.data_check", "vlforge.data.layouts", "vlforge.data.vision_settings", "vlforge.rl.spec", "vlforge.rl.engines",
-               "vlforge.rl.configs", "vlforge.rl.stats", "vlforge.rl.prompts", "vlforge.rl.rewards", "vlforge.rl.rewrite"]
+               "vlforge.rl.configs", "vlforge.rl.stats", "vlforge.rl.prompts", "vlforge.rl.rewards", "vlforge.rl.reading", "vlforge.rl.uses",
+               "vlforge.rl.rewrite"]
     probe = ("import sys\n" + "".join(f"import {m}\n" for m in modules)
              + "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,

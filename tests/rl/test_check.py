@@ -68,7 +68,8 @@ def test_verls_built_in_scorers_named_on_the_command_line_are_called_positionall
     """verl's default_compute_score calls its scorers `compute_score(solution_str, ground_truth)`: each of them is
     accepted (was refused unless its first parameter was not named solution_str), and called that way."""
     from vlforge.rl.prompts import PromptRow
-    from vlforge.rl.rewards import Sample, inspect_reward, load_scorer
+    from vlforge.rl.reading import inspect_reward
+    from vlforge.rl.rewards import Sample, load_scorer
 
     path = verl_site / "verl/utils/reward_score" / scorer
     code, stdout, stderr = invoke("rl", "check", "--engine", "verl", "--model", base, "--reward",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from vlforge.errors import ConfigError
-from vlforge.rl.rewards import inspect_reward
+from vlforge.rl.reading import inspect_reward
 
 OPEN_R1_STYLE = '''import re
 
@@ -519,7 +519,7 @@ def test_a_match_read_with_a_fallback_to_the_text_is_not_a_firm_requirement(tmp_
 def test_a_file_in_another_encoding_is_read_as_python_reads_it_and_rewritten_in_it(tmp_path):
     """A UTF-8 BOM or a `# -*- coding: latin-1 -*-` line: Python imports both; so does the check (was: not valid
     Python / cannot read), and a rewrite keeps the file's encoding."""
-    from vlforge.rl.rewards import read_source
+    from vlforge.rl.reading import read_source
     from vlforge.rl.rewrite import rewrite_reward_file
 
     body = 'import re\n\ndef f(completions, **kw):\n    # r\u00e9ponse\n    return [float(bool(re.search(r"<think>.*</think>", c))) for c in completions]\n'

@@ -50,7 +50,8 @@ def _rows(dataset: Any, limit: int) -> list:
 
 def _trl_score(reward_funcs: list, weights: list[float] | None):
     """The trainer's rewards summed with its weights (NaN-skipping, as GRPOTrainer does), via TRL's signature."""
-    from vlforge.rl.rewards import RewardInfo, Scorer
+    from vlforge.rl.reading import RewardInfo
+    from vlforge.rl.rewards import Scorer
 
     scorers = [Scorer(engine="trl", fn=fn, info=RewardInfo(file=__file__, function=getattr(fn, "__name__", "reward"),
                                                             params=[], var_keyword=True, patterns=[]))

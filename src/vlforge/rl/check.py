@@ -22,7 +22,8 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, Field
 
 from vlforge.rl.engines import engine
-from vlforge.rl.rewards import Need, RewardInfo, pattern_literals
+from vlforge.rl.reading import Need, RewardInfo
+from vlforge.rl.rewards import pattern_literals
 from vlforge.rl.spec import RunSpec
 from vlforge.rl.stats import VERDICT_EXIT
 
@@ -122,7 +123,7 @@ class RewardPatterns(NamedTuple):
     reward: str
     needs: list[Need]
     """The reward file's regexes and plain-text tests of the completion, not the strings it only cuts text with
-    (``split("</think>")``) (:attr:`~vlforge.rl.rewards.RewardInfo.needs`)."""
+    (``split("</think>")``) (:attr:`~vlforge.rl.reading.RewardInfo.needs`)."""
     supplied: list[str]
     """Strings the reward adds to the completion's text itself (``completion = "<think>" + completion``)."""
 
@@ -158,7 +159,7 @@ def reward_patterns(spec: RunSpec) -> RewardPatterns:
     """The reward of ``spec`` and its patterns: ``--format-regex``, or the reward file's (read without running it)."""
     if spec.format_regex is not None:
         return RewardPatterns(f"--format-regex {spec.format_regex}", [Need(spec.format_regex, True)], [])
-    from vlforge.rl.rewards import inspect_reward
+    from vlforge.rl.reading import inspect_reward
 
     assert spec.reward_file is not None and spec.reward_function is not None
     info = inspect_reward(spec.reward_file, spec.reward_function, tuple(spec.reward_paths))

@@ -266,7 +266,8 @@ def run_probe(spec: RunSpec, *, samples: int | None, max_prompts: int, max_new_t
     from vlforge.rl.check import reward_patterns
     from vlforge.rl.engines import engine
     from vlforge.rl.prompts import read_prompts
-    from vlforge.rl.rewards import inspect_reward, load_scorer
+    from vlforge.rl.reading import inspect_reward
+    from vlforge.rl.rewards import load_scorer
     from vlforge.vocab.tokenizer import added_tokens, load_tokenizer
 
     assert spec.prompts is not None

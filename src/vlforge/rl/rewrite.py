@@ -27,7 +27,7 @@ from pathlib import Path
 
 from vlforge.errors import ConfigError
 from vlforge.outputs import atomic_write_bytes, atomic_write_json, atomic_write_text, check_output_dir
-from vlforge.rl.rewards import read_source
+from vlforge.rl.reading import read_source
 from vlforge.rl.spec import RunSpec
 from vlforge.vocab.templates import rewrite
 
@@ -112,7 +112,7 @@ def rewrite_reward_file(source: str, spans: list[tuple[int, int, int, int]], use
                         mapping: dict[str, str], optional: list[str], prefill: str = ""
                         ) -> tuple[str, list[tuple[int, str]]]:
     """The reward file with only its pattern constants (``spans`` and ``uses`` from
-    :func:`~vlforge.rl.rewards.inspect_reward`) rewritten: renamed tags everywhere, the pre-filled part made optional
+    :func:`~vlforge.rl.reading.inspect_reward`) rewritten: renamed tags everywhere, the pre-filled part made optional
     in regexes only (regex syntax in a plain-text test would never match). Also returns ``(line, why)`` of the edits
     left to a hand: a plain-text test that holds a pre-filled tag (no string makes it pass), a capture group made
     optional."""
@@ -176,7 +176,7 @@ def write_rewrites(out: Path, spec: RunSpec, *, tok_dir: Path, template_text: st
                    optional: list[str], non_special: list[str], prefill: str = "") -> dict[str, str]:
     """Write the rewritten files into ``out``; return ``{file: what changed}`` (also ``out/rewrite.json``); nothing
     is written when nothing needs a rewrite."""
-    from vlforge.rl.rewards import inspect_reward
+    from vlforge.rl.reading import inspect_reward
 
     written: dict[str, str] = {}
     if not (mapping or optional or non_special):  # a healthy run, or one no file rewrite fixes: the report says

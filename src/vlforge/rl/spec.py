@@ -105,7 +105,8 @@ def _reward_ref(text: str, default_function: str | None) -> tuple[Path, str]:
 def _format_reward(refs: list[str], origin: str, search: list[Path]) -> tuple[Path, str, str]:
     """The one of TRL's ``reward_funcs`` that names a tag (``accuracy_reward think_format_reward``: the format one),
     as ``(file, function, source)``; several that do are one line asking for ``--reward``."""
-    from vlforge.rl.rewards import inspect_reward, resolve_module_function
+    from vlforge.rl.reading import inspect_reward
+    from vlforge.rl.rewards import resolve_module_function
 
     found = [(ref, *resolve_module_function(ref, search)) for ref in refs]
     if len(found) == 1:
@@ -122,7 +123,7 @@ def _format_reward(refs: list[str], origin: str, search: list[Path]) -> tuple[Pa
 
 def resolve(request: RunRequest) -> RunSpec:
     """Flags over the config file over the engine's defaults; the files named are checked here (no torch)."""
-    from vlforge.rl.rewards import inspect_reward
+    from vlforge.rl.reading import inspect_reward
 
     found: dict[str, Any] = {}
     sources: dict[str, str] = {}
