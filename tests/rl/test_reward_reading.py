@@ -798,8 +798,12 @@ def helper(text):
     return "<answer>" in text
 
 
+def truth_helper(text):
+    return "<answer>" in text
+
+
 def through_a_helper(completions, solution, **kwargs):
-    return [float(helper(s)) for s in solution]
+    return [float(truth_helper(s)) for s in solution]
 
 
 def helper_on_the_completion(completions, **kwargs):
@@ -902,6 +906,105 @@ def compiled_match(completions, **kwargs):
     return [float(bool(COMPILED.match("<think>" + c))) for c in completions]
 
 
+def logged(completions, **kwargs):
+    out = []
+    for content in completions:
+        ok = re.fullmatch(r"<think>.*?</think>\s*<answer>.*?</answer>", content, re.S)
+        if not ok:
+            print(f"no <think>/<answer> format in: {content}")
+            raise ValueError("missing </answer> in " + content) if content is None else None
+        out.append(1.0 if ok else 0.0)
+    return out
+
+
+def extract_answer(s):
+    m = re.search(r"<answer>(.*?)</answer>", s)
+    return m.group(1) if m else None
+
+
+def extract_pred(s):
+    return extract_answer(s.strip())
+
+
+def via_helpers(data_source, solution_str, ground_truth, extra_info=None):
+    truth = extract_answer(ground_truth) or ground_truth
+    return float(extract_pred(solution_str) == truth)
+
+
+def from_kwargs_only(**kwargs):
+    completions = kwargs["completions"]
+    return [float(bool(re.fullmatch(r"<answer>.*</answer>", c, re.S))) for c in completions]
+
+
+def penalty_first(data_source, solution_str, ground_truth, extra_info=None):
+    if "<|im_start|>" in solution_str:
+        return -1.0
+    elif "<answer>" in solution_str:
+        return float(solution_str.split("<answer>")[-1].strip() == ground_truth)
+    else:
+        return 0.0
+
+
+def exclusive_additions(completions, kind, **kwargs):
+    out = []
+    for c, k in zip(completions, kind):
+        reward = 0.0
+        if k == "grounding":
+            if re.fullmatch(r"<think>.*</think><answer>\[.*\]</answer>", c, re.S):
+                reward += 1.0
+        else:
+            if re.fullmatch(r"<think>.*</think><answer>.*</answer>", c, re.S):
+                reward += 1.0
+        out.append(reward)
+    return out
+
+
+def with_a_penalty(completions, **kwargs):
+    out = []
+    for c in completions:
+        score = 0.0
+        if re.fullmatch(r"<think>.*</think>", c, re.S):
+            score += 1.0
+        if len(c) > 2000:
+            score -= 0.5
+        out.append(score)
+    return out
+
+
+def box_or_zeros(completions, **kwargs):
+    out = []
+    for c in completions:
+        m = re.search(r"<answer>(.*?)</answer>", c)
+        box = m.group(1) if m else [0, 0, 0, 0]
+        out.append(float(box != [0, 0, 0, 0]))
+    return out
+
+
+def stop_string_put_back(completions, **kwargs):
+    out = []
+    for text in completions:
+        text += "</answer>"
+        out.append(float(bool(re.fullmatch(r"<answer>.*</answer>", text, re.S))))
+    return out
+
+
+def normalised_then_chain(data_source, solution_str, ground_truth, extra_info=None):
+    text = re.sub(r"\s+", " ", solution_str)
+    if "<think>" in text:
+        return float(text.endswith("</think> " + ground_truth))
+    elif "<reasoning>" in text:
+        return float(text.endswith("</reasoning> " + ground_truth))
+    return 0.0
+
+
+def index_loop(completions, solution, **kwargs):
+    out = []
+    for i in range(len(completions)):
+        m = re.search(r"<answer>(.*?)</answer>", solution[i])
+        out.append(float(m is not None and m.group(1) in completions[i]))
+    return out
+
+
 class Rewards:
     FORMAT = r"<think>.*</think>"
 
@@ -932,6 +1035,16 @@ class Rewards:
     ("compiled_match", ["</think>"], True),  # a compiled pattern's match of `"<think>" + c`
     ("Rewards.format_reward", ["<think>", "</think>"], True),  # `cls.FORMAT`
     ("Rewards.accuracy", [], True),  # calls `Rewards.clean`, not the whole class
+    ("logged", ["<think>", "</think>", "<answer>", "</answer>"], True),  # a message built from it supplies nothing
+    ("via_helpers", ["<answer>", "</answer>"], True),  # extract_answer is also reached with the completion
+    ("from_kwargs_only", ["<answer>", "</answer>"], True),  # the completions come in kwargs
+    ("penalty_first", ["<answer>"], True),  # a branch that returns a penalty is not a way to score
+    ("exclusive_additions", ["<think>", "</think>", "<answer>", "</answer>"], True),  # either branch adds, not both
+    ("with_a_penalty", ["<think>", "</think>"], True),  # a penalty is not another term of credit
+    ("box_or_zeros", ["<answer>", "</answer>"], True),  # a fallback to a literal list is a constant
+    ("stop_string_put_back", ["<answer>"], True),  # text += "</answer>" writes it into the completion
+    ("normalised_then_chain", [], True),  # re.sub keeps the completion's origin: a chain on it
+    ("index_loop", [], True),  # solution[i] is the data, whatever the index comes from
 ])
 def test_shapes_a_review_found_misread(tmp_path, function, tags, firm):
     from vlforge.rl.check import RewardPatterns

@@ -144,12 +144,17 @@ class RewardPatterns(NamedTuple):
         needs = [need for need in self.needs if not (firm_only and need.soft)]
         out = required_tags([(n.text, n.regex) for n in needs if n.branch is None], added)
         chains: dict[str, dict[int, list[Need]]] = {}
+        scoring: dict[str, int] = {}
         for need in needs:
             if need.branch is not None:
-                chains.setdefault(need.branch[0], {}).setdefault(need.branch[1], []).append(need)
-        for branches in chains.values():
-            tested = [required_tags([(n.text, n.regex) for n in members], added) for members in branches.values()]
-            shared = set.intersection(*map(set, tested)) if len(tested) > 1 else set()
+                chain, branch, scoring[need.branch[0]] = need.branch
+                chains.setdefault(chain, {}).setdefault(branch, []).append(need)
+        for chain, branches in chains.items():  # a failing branch (-1) is no way to score
+            tested = [required_tags([(n.text, n.regex) for n in members], added)
+                      for branch, members in branches.items() if branch >= 0]
+            if not tested or len(tested) < scoring[chain]:
+                continue  # a scoring branch that tests no tag: none is needed
+            shared = set.intersection(*map(set, tested))
             out += [tag for tag in tested[0] if tag in shared and tag not in out]
         own = {tag for text in self.supplied for _s, _e, tag in find_tags(text, added)}
         return [tag for tag in out if tag not in own]

@@ -46,8 +46,9 @@ class Need:
     regex: bool
     soft: bool = False
     """A completion without it scores too (a fallback to the whole text, partial credit)."""
-    branch: tuple[str, int] | None = None
-    """``(FILE:LINE of the chain, branch)``: tested only in that branch of an if/elif chain of presence tests."""
+    branch: tuple[str, int, int] | None = None
+    """``(FILE:LINE of the chain, branch, scoring branches)``: tested only in that branch of an if/elif chain of
+    presence tests (branch -1: a failing one)."""
 
 
 @dataclass
@@ -78,9 +79,9 @@ class RewardInfo:
     files: list[Path] = field(default_factory=list)
     """The file each pattern is in: ``file``, or a module whose function the function calls
     (:func:`_called_imports`)."""
-    branches: list[tuple[int, int] | None] = field(default_factory=list)
-    """Per pattern: ``(line of the chain, branch)`` when it is tested only in one branch of an if/elif chain of
-    presence tests on the completion (:func:`branch_of`), else None."""
+    branches: list[tuple[int, int, int] | None] = field(default_factory=list)
+    """Per pattern: ``(line of the chain, branch, scoring branches)`` when it is tested only in one branch of an
+    if/elif chain of presence tests on the completion (:func:`~vlforge.rl.uses.branch_of`), else None."""
     via: str | None = None
     """The import the named file takes the function with (``from .scores import compute_score``), when ``file`` is
     another module's."""
@@ -89,7 +90,7 @@ class RewardInfo:
     def needs(self) -> list[Need]:
         """The patterns the function tests the completion with (not those it only cuts text with)."""
         branches = self.branches or [None] * len(self.patterns)
-        return [Need(text, use == "regex", soft, None if branch is None else (f"{file}:{branch[0]}", branch[1]))
+        return [Need(text, use == "regex", soft, None if branch is None else (f"{file}:{branch[0]}", *branch[1:]))
                 for text, use, soft, branch, file in
                 zip(self.patterns, self.uses, self.soft, branches, self.files or [self.file] * len(branches),
                     strict=True) if use in ("regex", "literal")]
@@ -405,6 +406,8 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     checked = found[-1] if found else None
     signature = RewardInfo(file, function, params, var_keyword, []).signature
     completion = set(COMPLETION_PARAMS.get(signature, params[:1] if signature in (None, "easyr1") else []))
+    if found and found[0].args.kwarg is not None and not completion & set(params):
+        completion.add(found[0].args.kwarg.arg)  # ``completions = kwargs["completions"]``
     patterns, spans, uses, soft, branches = [], [], [], [], []
     for node in ast.walk(tree):
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings

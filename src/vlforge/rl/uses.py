@@ -64,26 +64,46 @@ def _presence_chain(branch: ast.If, parents: dict[int, ast.AST]) -> list[ast.If]
 
 
 def branch_of(place: ast.AST, parents: dict[int, ast.AST], checked: ast.AST, completion: set[str]
-               ) -> tuple[int, int] | None:
-    """``(chain, branch)`` of the innermost if/elif chain of presence tests on the completion (:func:`_presence_chain`,
-    its tests traced to ``completion`` in the ``checked`` function) whose branch test or body holds ``place``: a
-    completion takes one branch, so it needs what every branch tests, not each branch's own tags. The ``else`` is
-    taken as the failing path."""
+               ) -> tuple[int, int, int] | None:
+    """``(chain, branch, scoring branches)`` of the innermost if/elif chain of presence tests on the completion
+    (:func:`_presence_chain`, its tests traced to ``completion`` in the ``checked`` function) whose branch test or
+    body holds ``place``: a completion takes one branch, so it needs what every scoring branch tests, not each
+    branch's own tags. The ``else`` and a branch that only returns or sets a penalty (``return -1.0``) are failing
+    paths: a failing branch's ``branch`` is -1."""
     child = place
     while (parent := parents.get(id(child))) is not None and \
             not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
         if isinstance(parent, ast.If) and (child is parent.test or child in parent.body):
             chain = _presence_chain(parent, parents)
             scope = scope_of(parent, parents)
-            roles = _roles(scope, checked, completion) if chain is not None else None
+            roles = _roles(scope, checked, completion, parents) if chain is not None else None
             if roles is not None and all(_origins_in(member.test.comparators[0], scope, roles[0], any)
                                          for member in chain):
-                return chain[0].lineno, chain.index(parent)
+                scoring = [member for member in chain if not _fails(member.body)]
+                return chain[0].lineno, scoring.index(parent) if parent in scoring else -1, len(scoring)
         child = parent
     return None
 
 
-def _roles(scope: ast.AST | None, checked: ast.AST, completion: set[str]) -> tuple[set[str], set[str]] | None:
+def _fails(statements: list[ast.stmt]) -> bool:
+    """The statements only end the test with no credit: ``return -1.0`` / ``return None`` / ``score = 0.0``,
+    ``continue``, ``pass``."""
+    def penalty(value: ast.AST | None) -> bool:
+        if value is None:
+            return True
+        try:
+            number = ast.literal_eval(value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return False
+        return number is None or number is False or (isinstance(number, (int, float)) and number <= 0)
+
+    return bool(statements) and all(
+        isinstance(s, (ast.Continue, ast.Pass)) or (isinstance(s, ast.Return) and penalty(s.value))
+        or (isinstance(s, ast.Assign) and penalty(s.value)) for s in statements)
+
+
+def _roles(scope: ast.AST | None, checked: ast.AST, completion: set[str], parents: dict[int, ast.AST]
+           ) -> tuple[set[str], set[str]] | None:
     """``(completion parameters, data parameters)`` of ``scope``: the ``checked`` function's own, or those of a
     module-level helper it calls directly (``extract(solution_str)``: a parameter that any call fills from the
     completion is one, a parameter every call fills from other parameters is data); None for other scopes."""
@@ -91,16 +111,21 @@ def _roles(scope: ast.AST | None, checked: ast.AST, completion: set[str]) -> tup
         return completion, params_of(checked) - completion
     if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
-    calls = [n for n in ast.walk(checked) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+    module = checked
+    while (above := parents.get(id(module))) is not None:
+        module = above
+    calls = [n for n in ast.walk(module) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
              and n.func.id == scope.name]
-    if not calls:
+    inside = {id(n) for n in ast.walk(checked)}
+    if not any(id(call) in inside for call in calls):
         return None
     positional = [a.arg for a in (*scope.args.posonlyargs, *scope.args.args)]
     filled: dict[str, list[set[str] | None]] = {}
     for call in calls:
         pairs = [*zip(positional, call.args, strict=False), *((k.arg, k.value) for k in call.keywords if k.arg)]
-        for param, arg in pairs:
-            filled.setdefault(param, []).append(_origins(arg, checked, params_of(checked), frozenset()))
+        for param, arg in pairs:  # a call from elsewhere (another helper) is not traced
+            filled.setdefault(param, []).append(
+                _origins(arg, checked, params_of(checked), frozenset()) if id(call) in inside else None)
     reads = {param for param, sources in filled.items() if any(o and o & completion for o in sources)}
     data = {param for param, sources in filled.items() if param not in reads and len(sources) == len(calls)
             and all(sources)}
@@ -205,9 +230,9 @@ def _partial_credit(test: ast.AST, parents: dict[int, ast.AST]) -> bool:
     t.count("<think>") == 1: count += 0.25``) to a name that some other statement adds to as well."""
     node, summed = test, False
     while (parent := parents.get(id(node))) is not None and not isinstance(parent, ast.stmt):
-        if isinstance(parent, ast.BinOp) and isinstance(parent.op, (ast.Add, ast.Sub)) and \
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Add) and \
                 not isinstance(parent.right if parent.left is node else parent.left, ast.Constant):
-            summed = True
+            summed = True  # a penalty subtracted is not another term of credit
         if summed and isinstance(parent, ast.Compare):
             return False
         node = parent
@@ -215,8 +240,8 @@ def _partial_credit(test: ast.AST, parents: dict[int, ast.AST]) -> bool:
         return True
 
     def adds(statement: ast.AST | None) -> bool:
-        return isinstance(statement, ast.AugAssign) and isinstance(statement.op, (ast.Add, ast.Sub)) and \
-            isinstance(statement.target, ast.Name)
+        return isinstance(statement, ast.AugAssign) and isinstance(statement.op, ast.Add) and \
+            isinstance(statement.target, ast.Name) and not _constant_zero(statement.value)
 
     own = [parent] if adds(parent) else parent.body if isinstance(parent, ast.If) and parent.test is node and \
         not parent.orelse and parent.body and all(map(adds, parent.body)) else []
@@ -224,8 +249,59 @@ def _partial_credit(test: ast.AST, parents: dict[int, ast.AST]) -> bool:
     if not own or scope is None:
         return False
     targets = {statement.target.id for statement in own}
-    others = [n for n in ast.walk(scope) if adds(n) and n.target.id in targets and all(n is not o for o in own)]
+    others = [n for n in ast.walk(scope) if adds(n) and n.target.id in targets and all(n is not o for o in own)
+              and not any(_exclusive(n, o, parents) for o in own)]
     return bool(others)
+
+
+def _constant_zero(expr: ast.AST) -> bool:
+    return isinstance(expr, ast.Constant) and expr.value == 0
+
+
+def _exclusive(a: ast.AST, b: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """``a`` and ``b`` stand in opposite branches of one ``if`` (never both run)."""
+    sides: dict[int, str] = {}
+    child = a
+    while (parent := parents.get(id(child))) is not None:
+        if isinstance(parent, ast.If):
+            sides[id(parent)] = "body" if child in parent.body else "orelse" if child in parent.orelse else "test"
+        child = parent
+    child = b
+    while (parent := parents.get(id(child))) is not None:
+        if isinstance(parent, ast.If) and id(parent) in sides:
+            side = "body" if child in parent.body else "orelse" if child in parent.orelse else "test"
+            return {side, sides[id(parent)]} == {"body", "orelse"}
+        child = parent
+    return False
+
+
+_MATCHES = frozenset({"search", "match", "fullmatch", "findall", "finditer"})
+
+
+def _feeds_a_test(top: ast.AST, parent: ast.AST | None, parents: dict[int, ast.AST], scope: ast.AST | None) -> bool:
+    """The string ``top`` is the text a test reads: the text argument of a regex match (``re.match(P, "<think>" +
+    c)``, ``PATTERN.match("<think>" + c)``), or bound to a name (``text = ...``, ``text += ...``) that a test reads
+    (``re.search(P, text)``, ``"<answer>" in text``, ``text.startswith(...)``); not a message or a prompt."""
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute) and parent.func.attr in _MATCHES:
+        owner = parent.func.value
+        regex_module = isinstance(owner, ast.Name) and owner.id in ("re", "regex")
+        return top in parent.args[1 if regex_module else 0:][:1]
+    target = parent.targets[0] if isinstance(parent, ast.Assign) and len(parent.targets) == 1 else \
+        parent.target if isinstance(parent, ast.AugAssign) else None
+    if not isinstance(target, ast.Name) or scope is None:
+        return False
+    for load in ast.walk(scope):
+        if not (isinstance(load, ast.Name) and load.id == target.id and isinstance(load.ctx, ast.Load)):
+            continue
+        user = parents.get(id(load))
+        if isinstance(user, ast.Compare) and load in user.comparators and isinstance(user.ops[0], (ast.In, ast.NotIn)):
+            return True
+        if isinstance(user, ast.Call) and isinstance(user.func, ast.Attribute) and user.func.attr in _MATCHES and \
+                load in user.args:
+            return True
+        if isinstance(user, ast.Attribute) and user.value is load and user.attr in _TEXT_TESTS | _TEXT_SEARCHES:
+            return True
+    return False
 
 
 def _tests_data(place: ast.AST, parents: dict[int, ast.AST], checked: ast.AST, completion: set[str]) -> bool:
@@ -242,34 +318,45 @@ def _tests_data(place: ast.AST, parents: dict[int, ast.AST], checked: ast.AST, c
         else:
             subject = owner
     scope = scope_of(place, parents)
-    roles = _roles(scope, checked, completion) if subject is not None and completion else None
+    roles = _roles(scope, checked, completion, parents) if subject is not None and completion else None
     return roles is not None and _origins_in(subject, scope, roles[1], all)
 
 
-def _origins(expr: ast.AST, scope: ast.AST, params: set[str], seen: frozenset[str]) -> set[str] | None:
+def _origins(expr: ast.AST, scope: ast.AST, params: set[str], seen: frozenset[str],
+             memo: dict[str, set[str] | None] | None = None) -> set[str] | None:
     """The parameters of ``scope`` whose values reach ``expr`` (through assignments, loops, comprehensions, calls on
-    them), or None when a name's value is not traced (a global, ``self``, a with or except target)."""
+    them), or None when a name's value is not traced (a global, ``self``, a with or except target). A subscript's
+    index carries no value (``solution[i]`` is the solution's), nor does a module's name (``re.sub(...)``)."""
+    memo = {} if memo is None else memo
     inner = {n.id for comp in ast.walk(expr) if isinstance(comp, ast.comprehension) for n in ast.walk(comp.target)
              if isinstance(n, ast.Name)}
-    called = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
+    skipped = {id(n.func) for n in ast.walk(expr) if isinstance(n, ast.Call)}
+    skipped |= {id(n) for sub in ast.walk(expr) if isinstance(sub, ast.Subscript) for n in ast.walk(sub.slice)}
+    bases = {id(n.value) for n in ast.walk(expr) if isinstance(n, ast.Attribute)}
     out: set[str] = set()
     for name in ast.walk(expr):
         if not isinstance(name, ast.Name) or not isinstance(name.ctx, ast.Load) or name.id in inner or \
-                id(name) in called or name.id in seen:
+                id(name) in skipped or name.id in seen:
             continue
         if name.id in params:
             out.add(name.id)
             continue
-        sources = bound_values(name.id, scope)
-        if not sources:
-            if name.id in dir(builtins):
-                continue
+        if name.id not in memo:
+            sources = bound_values(name.id, scope)
+            if not sources:  # a builtin or a module's attribute carries no parameter; another global is untraced
+                memo[name.id] = set() if name.id in dir(builtins) or id(name) in bases else None
+            else:
+                found: set[str] | None = set()
+                for source in sources:
+                    got = _origins(source, scope, params, seen | {name.id}, memo)
+                    if got is None:
+                        found = None
+                        break
+                    found |= got
+                memo[name.id] = found
+        if memo[name.id] is None:
             return None
-        for source in sources:
-            got = _origins(source, scope, params, seen | {name.id})
-            if got is None:
-                return None
-            out |= got
+        out |= memo[name.id]
     return out
 
 
@@ -394,8 +481,12 @@ def _branch_without_match(node: ast.If | ast.IfExp, name: str) -> Any:
 
 
 def _constant(expr: ast.AST) -> bool:
-    """``expr`` is a constant (``""``, ``None``, ``-1.0``)."""
-    return isinstance(expr, ast.Constant) or (isinstance(expr, ast.UnaryOp) and isinstance(expr.operand, ast.Constant))
+    """``expr`` is a literal (``""``, ``None``, ``-1.0``, ``[0, 0, 0, 0]``)."""
+    try:
+        ast.literal_eval(expr)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
 
 
 def scope_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST | None:
@@ -476,11 +567,14 @@ def read_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], wit
     shown = pattern_use(node, tree, parents, within, shown_only=True)
     if checked is None:
         return shown
-    top, _parent = _standing(node, parents)
+    top, parent = _standing(node, parents)
     scope = scope_of(node, parents)
-    roles = _roles(scope, checked, completion) if top is not node else None
-    if roles is not None and _origins_in(top, scope, roles[0], any):
-        return "supplied"
+    roles = _roles(scope, checked, completion, parents)
+    if roles is not None and _feeds_a_test(top, parent, parents, scope) and (
+            (top is not node and _origins_in(top, scope, roles[0], any))
+            or (isinstance(parent, ast.AugAssign) and isinstance(parent.target, ast.Name)
+                and _origins_in(ast.Name(parent.target.id, ast.Load()), scope, roles[0], any))):
+        return "supplied"  # ``text = "<think>" + completion``, ``text += "</answer>"``
     if shown == "text":
         return "data"  # a searched text that is not the completion
     tests = [place for place in places_of(node, tree, parents, within) if use_at(place, parents) in ("regex", "literal")]
