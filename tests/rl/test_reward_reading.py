@@ -1053,3 +1053,15 @@ def test_shapes_a_review_found_misread(tmp_path, function, tags, firm):
     found = RewardPatterns.of("r", inspect_reward(tmp_path / "r.py", function))
     assert found.tags([]) == tags
     assert (found.tags([], firm_only=True) == tags) == firm
+
+
+def test_a_function_of_no_engines_signature_takes_none_of_its_parameters_for_data(tmp_path):
+    """`reward(prompts, completions_text, **kwargs)`: which parameter is the completion is not known, so a tag test of
+    any of them stays required; a `(text, ground_truth)` scorer's second parameter is the data."""
+    (tmp_path / "u.py").write_text(
+        "import re\n\ndef unknown(prompts, completions_text, **kwargs):\n"
+        "    return [float(bool(re.search(r'<answer>.*</answer>', c))) for c in completions_text]\n\n"
+        "def scorer(predict_str, ground_truth):\n"
+        "    return float(bool(re.search(r'<answer>.*</answer>', ground_truth)))\n")
+    assert _needed(tmp_path / "u.py", "unknown") == ["<answer>.*</answer>"]
+    assert _needed(tmp_path / "u.py", "scorer") == []

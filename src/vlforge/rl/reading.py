@@ -329,6 +329,22 @@ def _method_of(file: Path, defined: dict[str, list[ast.AST]], owner: str, name: 
     return classes[-1], node
 
 
+TRUTH_PARAMS = ("ground_truth", "solution", "answer", "gt", "label", "target", "reference")
+"""Second parameters that make a function of no engine's signature a ``(text, truth)`` scorer (verl's built-in
+``compute_score(solution_str, ground_truth)``, geo3k's ``(predict_str, ground_truth)``)."""
+
+
+def _completion_params(signature: str | None, params: list[str]) -> set[str]:
+    """The parameters that carry the completion: the engine's (:data:`~vlforge.rl.uses.COMPLETION_PARAMS`), an
+    EasyR1 function's one argument, a ``(text, truth)`` scorer's first; else every parameter (nothing is taken for
+    data when the signature does not say)."""
+    if signature in COMPLETION_PARAMS:
+        return set(COMPLETION_PARAMS[signature])
+    if signature == "easyr1" or (len(params) >= 2 and params[1] in TRUTH_PARAMS):
+        return set(params[:1])
+    return set(params)
+
+
 def read_source(file: Path) -> tuple[str, str]:
     """A Python file's text and encoding as Python reads it: a UTF-8 BOM or a ``# -*- coding: ... -*-`` line."""
     with file.open("rb") as handle:
@@ -405,7 +421,7 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     within = _reachable(tree, found[-1] if found else assigned[-1], owner_class)
     checked = found[-1] if found else None
     signature = RewardInfo(file, function, params, var_keyword, []).signature
-    completion = set(COMPLETION_PARAMS.get(signature, params[:1] if signature in (None, "easyr1") else []))
+    completion = _completion_params(signature, params)
     if found and found[0].args.kwarg is not None and not completion & set(params):
         completion.add(found[0].args.kwarg.arg)  # ``completions = kwargs["completions"]``
     patterns, spans, uses, soft, branches = [], [], [], [], []
