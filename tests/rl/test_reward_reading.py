@@ -1065,3 +1065,29 @@ def test_a_function_of_no_engines_signature_takes_none_of_its_parameters_for_dat
         "    return float(bool(re.search(r'<answer>.*</answer>', ground_truth)))\n")
     assert _needed(tmp_path / "u.py", "unknown") == ["<answer>.*</answer>"]
     assert _needed(tmp_path / "u.py", "scorer") == []
+
+
+def test_a_tag_constant_imported_from_a_module_beside_the_reward_is_read(tmp_path):
+    """DeepScaleR's reward (and Skywork-OR1's, rllm's copies) tests `THOUGHT_DELIMITER_END` imported from its
+    globals module: the tag is needed (was: none, a dead run read ok), and the rewrite edits the module that holds
+    it; a constant loaded twice is one pattern."""
+    from vlforge.rl.check import RewardPatterns
+    from vlforge.rl.rewrite import rewrite_reward_file
+
+    (tmp_path / "consts.py").write_text('THINK_END = "</think>"\nNOTE = "<b>not a test</b>"\n')
+    (tmp_path / "score.py").write_text(
+        "from consts import THINK_END, NOTE\nimport consts\n\n"
+        "def by_name(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    if THINK_END not in solution_str:\n        return 0.0\n"
+        "    answer = solution_str.split(THINK_END)[1]\n    print(NOTE)\n"
+        "    return float(answer.strip() == ground_truth)\n\n"
+        "def by_module(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    return float(consts.THINK_END in solution_str and solution_str.endswith(ground_truth))\n")
+    for function in ("by_name", "by_module"):
+        info = inspect_reward(tmp_path / "score.py", function)
+        assert RewardPatterns.of("r", info).tags([]) == ["</think>"], function
+        assert info.files[0] == tmp_path / "consts.py" and info.patterns[0] == "</think>", (function, info.patterns)
+    assert inspect_reward(tmp_path / "score.py", "by_name").uses == ["literal", "message"]  # print(NOTE) tests nothing
+    source = (tmp_path / "consts.py").read_text()
+    text, _ = rewrite_reward_file(source, info.spans, info.uses, {"</think>": "</thinking>"}, [])
+    assert text.startswith('THINK_END = "</thinking>"')

@@ -271,32 +271,67 @@ def module_file(parts: list[str], bases: list[Path], *, local: bool = False) -> 
     return None
 
 
-def _called_imports(tree: ast.Module, within: set[int], file: Path, search: tuple[Path, ...]
-                    ) -> list[tuple[Path, str]]:
-    """The imported functions the nodes ``within`` call, as ``(module file, function)``: ``from M import f`` ...
-    ``f(...)``, ``import M`` / ``from P import M`` ... ``M.f(...)``; only modules beside ``file`` or on ``search``
-    (an installed package's code is not read)."""
+def _imports(tree: ast.Module) -> dict[str, tuple[ast.Import | ast.ImportFrom, str]]:
+    """Each name the module's imports bind: its import and the name imported."""
     bound: dict[str, tuple[ast.Import | ast.ImportFrom, str]] = {}
     for node in module_statements(tree.body):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             for alias in node.names:
                 local = alias.asname or (alias.name if isinstance(node, ast.ImportFrom) else alias.name.split(".")[0])
                 bound[local] = (node, alias.name)
-    here = file.resolve().parent
+    return bound
+
+
+def _imported_name(expr: ast.AST, bound: dict[str, tuple[ast.Import | ast.ImportFrom, str]], file: Path,
+                   search: tuple[Path, ...]) -> tuple[Path, str] | None:
+    """``(module file, name)`` of what ``expr`` names from an import: ``f`` of ``from M import f``, ``M.f`` of
+    ``import M`` / ``from P import M``; only modules beside ``file`` or on ``search`` (an installed package's code is
+    not read)."""
+    if isinstance(expr, ast.Name) and isinstance((entry := bound.get(expr.id, (None, "")))[0], ast.ImportFrom):
+        source = _imported_from(entry[0], file, search, local=True)
+        return (source, entry[1]) if source is not None else None
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in bound:
+        node, module = bound[expr.value.id]
+        source = module_file(module.split("."), [file.resolve().parent, *search], local=True) \
+            if isinstance(node, ast.Import) else _imported_from(node, file, search, local=True, submodule=module)
+        return (source, expr.attr) if source is not None else None
+    return None
+
+
+def _called_imports(tree: ast.Module, within: set[int], file: Path, search: tuple[Path, ...]
+                    ) -> list[tuple[Path, str]]:
+    """The imported functions the nodes ``within`` call, as ``(module file, function)`` (:func:`_imported_name`)."""
+    bound = _imports(tree)
     out: list[tuple[Path, str]] = []
     for call in ast.walk(tree):
-        if not (isinstance(call, ast.Call) and id(call) in within):
+        if isinstance(call, ast.Call) and id(call) in within and \
+                (found := _imported_name(call.func, bound, file, search)) is not None and found not in out:
+            out.append(found)
+    return out
+
+
+def _imported_constants(tree: ast.Module, within: set[int], file: Path, search: tuple[Path, ...]
+                        ) -> list[tuple[ast.AST, Path, ast.Constant]]:
+    """The loads ``within`` of a string constant with a tag that the module imports (DeepScaleR's ``from
+    .globals import THOUGHT_DELIMITER_END``), each with the module file and the constant there."""
+    bound = _imports(tree)
+    out: list[tuple[ast.AST, Path, ast.Constant]] = []
+    for load in ast.walk(tree):
+        if id(load) not in within or not (isinstance(load, ast.Attribute) or (
+                isinstance(load, ast.Name) and isinstance(load.ctx, ast.Load))):
             continue
-        func, source, name = call.func, None, ""
-        if isinstance(func, ast.Name) and isinstance((entry := bound.get(func.id, (None, "")))[0], ast.ImportFrom):
-            source, name = _imported_from(entry[0], file, search, local=True), entry[1]
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id in bound:
-            node, module = bound[func.value.id]
-            source = module_file(module.split("."), [here, *search], local=True) if isinstance(node, ast.Import) \
-                else _imported_from(node, file, search, local=True, submodule=module)
-            name = func.attr
-        if source is not None and (source, name) not in out:
-            out.append((source, name))
+        found = _imported_name(load, bound, file, search)
+        if found is None:
+            continue
+        try:
+            module = ast.parse(read_source(found[0])[0])
+        except (SyntaxError, OSError, UnicodeDecodeError, RecursionError):
+            continue
+        for node in module_statements(module.body):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == found[1] for t in node.targets) \
+                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str) and \
+                    TAG_RE.search(node.value.value):
+                out.append((load, found[0], node.value))
     return out
 
 
@@ -425,10 +460,12 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     if found and found[0].args.kwarg is not None and not completion & set(params):
         completion.add(found[0].args.kwarg.arg)  # ``completions = kwargs["completions"]``
     patterns, spans, uses, soft, branches = [], [], [], [], []
+    sources: list[Path | None] = []  # the module an imported constant is in (None: this file)
     for node in ast.walk(tree):
         if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
                 and id(node) in within and TAG_RE.search(node.value.replace("\\/", "/"))):  # r"<\/think>" too
             patterns.append(node.value)
+            sources.append(None)
             spans.append((node.lineno, node.col_offset, node.end_lineno or node.lineno, node.end_col_offset or 0))
             shown = read_use(node, tree, parents, within, checked, completion)
             uses.append(shown or ("processing" if _called else "regex"))  # library code: only what it shows
@@ -443,11 +480,36 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
                 except re.error as error:
                     raise ConfigError(f"--reward {file}:{node.lineno}: the regex {node.value!r} does not compile "
                                       f"({error})") from None
-    order = sorted(range(len(patterns)), key=lambda i: spans[i])
+    held: dict[tuple[Path, tuple[int, int, int, int]], int] = {}
+    for load, source, constant in _imported_constants(tree, within, file, search):
+        shown = read_use(load, tree, parents, within, checked, completion)
+        if shown is None:  # a use the code does not show: not counted (as in a called scorer)
+            continue
+        span = (constant.lineno, constant.col_offset, constant.end_lineno or constant.lineno,
+                constant.end_col_offset or 0)
+        tested = shown in ("regex", "literal")
+        branch = branch_of(load, parents, checked, completion) if checked and tested else None
+        if (source, span) in held:  # the constant loaded twice: one pattern, required where any load requires it
+            i = held[(source, span)]
+            if tested and uses[i] not in ("regex", "literal"):
+                uses[i], soft[i], branches[i] = shown, pattern_soft(load, tree, parents, within), branch
+            elif tested:
+                soft[i] = soft[i] and pattern_soft(load, tree, parents, within)
+                branches[i] = branches[i] if branches[i] == branch else None
+            continue
+        held[(source, span)] = len(patterns)
+        patterns.append(constant.value)
+        spans.append(span)
+        uses.append(shown)
+        soft.append(pattern_soft(load, tree, parents, within))
+        branches.append(branch)
+        sources.append(source)
+    order = sorted(range(len(patterns)), key=lambda i: (str(sources[i]) if sources[i] else "", spans[i]))
     info = RewardInfo(file=file, function=function, params=params, var_keyword=var_keyword, positional=positional,
                       required=required, var_positional=var_positional,
                       patterns=[patterns[i] for i in order], uses=[uses[i] for i in order],
-                      soft=[soft[i] for i in order], spans=[spans[i] for i in order], files=[file] * len(order),
+                      soft=[soft[i] for i in order], spans=[spans[i] for i in order],
+                      files=[sources[i] or file for i in order],
                       branches=[branches[i] for i in order])
     for source, name in [] if _called else _called_imports(tree, within, file, search):  # one level: the scorers
         if (source.resolve(), name) in seen:
