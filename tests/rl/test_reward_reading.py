@@ -1091,3 +1091,34 @@ def test_a_tag_constant_imported_from_a_module_beside_the_reward_is_read(tmp_pat
     source = (tmp_path / "consts.py").read_text()
     text, _ = rewrite_reward_file(source, info.spans, info.uses, {"</think>": "</thinking>"}, [])
     assert text.startswith('THINK_END = "</thinking>"')
+
+
+FAILING_CUTS = r'''def falls_through(data_source, solution_str, ground_truth, extra_info=None):
+    if "</think>" in solution_str:
+        return 1.0 if solution_str.split("</think>")[-1].strip() == ground_truth else 0.0
+    return 0.0
+
+
+def cut_in_try(data_source, solution_str, ground_truth, extra_info=None):
+    try:
+        answer = solution_str.split("<answer>")[1]
+    except IndexError:
+        return 0.0
+    return float(answer.strip() == ground_truth)
+
+
+def cut_kept(data_source, solution_str, ground_truth, extra_info=None):
+    if "</think>" in solution_str:
+        return float(solution_str.split("</think>")[-1].strip() == ground_truth)
+    return float(solution_str.strip() == ground_truth)
+'''
+
+
+def test_a_cut_whose_failure_scores_is_a_requirement(tmp_path):
+    """`if "</think>" in s: return ...` then `return 0.0` (the statements after an `if` that returns are its `else`),
+    and a split inside `try` / `except IndexError: return 0.0`: a completion without the tag scores 0. A fall-through
+    that scores the whole text keeps it a cut."""
+    (tmp_path / "f.py").write_text(FAILING_CUTS)
+    assert _needed(tmp_path / "f.py", "falls_through") == ["</think>"]
+    assert _needed(tmp_path / "f.py", "cut_in_try") == ["<answer>"]
+    assert _needed(tmp_path / "f.py", "cut_kept") == []

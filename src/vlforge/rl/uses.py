@@ -195,18 +195,45 @@ def _message_call(call: ast.AST | None, parents: dict[int, ast.AST]) -> bool:
 def _scores_the_test(guard: ast.If, parents: dict[int, ast.AST]) -> bool:
     """The ``if`` does more than cut: its ``else`` returns, raises or sets a constant (``else: return 0.0``), or its
     body sets a flag the function reads after it (``complete = True``), so a completion without the tag scores
-    differently. An ``else`` that only keeps the text (``else: answer = s``) is still a cut."""
+    differently. An ``else`` that only keeps the text (``else: answer = s``) is still a cut. When the body ends in a
+    ``return``, the statements after the ``if`` are its ``else`` (``if "</think>" in s: return ...`` / ``return
+    0.0``)."""
     def constant_set(statement: ast.stmt) -> bool:
         return isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Constant)
 
-    if any(isinstance(n, (ast.Return, ast.Raise)) or constant_set(n) for statement in guard.orelse
-           for n in ast.walk(statement)):
+    otherwise = list(guard.orelse)
+    block = parents.get(id(guard))
+    if not otherwise and guard.body and isinstance(guard.body[-1], (ast.Return, ast.Raise)) and block is not None:
+        siblings = next((getattr(block, key) for key in ("body", "orelse", "finalbody")
+                         if guard in getattr(block, key, [])), [])
+        otherwise = siblings[siblings.index(guard) + 1:]
+    if any(_fixed_score(n) or constant_set(n) for statement in otherwise for n in ast.walk(statement)):
         return True
     flags = {t.id for statement in guard.body for n in ast.walk(statement) if constant_set(n)
              and isinstance(n.value.value, (bool, int)) for t in n.targets if isinstance(t, ast.Name)}
     scope = scope_of(guard, parents)
     return scope is not None and any(isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in flags
                                      and n.lineno > (guard.end_lineno or guard.lineno) for n in ast.walk(scope))
+
+
+def _fixed_score(node: ast.AST) -> bool:
+    """``node`` ends the test with a score that does not read the text: a ``raise``, a ``return`` of a literal
+    (``return 0.0``, ``return``), a literal assigned (``score = 0``)."""
+    return isinstance(node, ast.Raise) or (isinstance(node, ast.Return) and (node.value is None or _constant(node.value))) \
+        or (isinstance(node, ast.Assign) and _constant(node.value))
+
+
+def _cut_fails(place: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """The cut at ``place`` stands in a ``try`` whose handlers return, raise or set a constant (``try:
+    s.split("<answer>")[1]`` / ``except IndexError: return 0.0``): without the tag the cut fails and that scores."""
+    child = place
+    while (parent := parents.get(id(child))) is not None and \
+            not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        if isinstance(parent, ast.Try) and child in parent.body:
+            return any(_fixed_score(n) for handler in parent.handlers for statement in handler.body
+                       for n in ast.walk(statement))
+        child = parent
+    return False
 
 
 def _soft_at(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
@@ -577,6 +604,9 @@ def read_use(node: ast.Constant, tree: ast.AST, parents: dict[int, ast.AST], wit
         return "supplied"  # ``text = "<think>" + completion``, ``text += "</answer>"``
     if shown == "text":
         return "data"  # a searched text that is not the completion
+    cuts = [place for place in places_of(node, tree, parents, within) if use_at(place, parents) == "processing"]
+    if shown == "processing" and cuts and any(_cut_fails(place, parents) for place in cuts):
+        return "literal"  # the cut raises without the tag, and the handler scores that
     tests = [place for place in places_of(node, tree, parents, within) if use_at(place, parents) in ("regex", "literal")]
     if shown in ("regex", "literal") and tests and all(_tests_data(p, parents, checked, completion) for p in tests):
         return "data"  # ``re.search(r"<answer>(.*)</answer>", ground_truth)``: the data holds the tag
