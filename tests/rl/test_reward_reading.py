@@ -1122,3 +1122,45 @@ def test_a_cut_whose_failure_scores_is_a_requirement(tmp_path):
     assert _needed(tmp_path / "f.py", "falls_through") == ["</think>"]
     assert _needed(tmp_path / "f.py", "cut_in_try") == ["<answer>"]
     assert _needed(tmp_path / "f.py", "cut_kept") == []
+
+
+EITHER = r'''import re
+
+
+def absent_both(data_source, solution_str, ground_truth, extra_info=None):
+    if "</think>" not in solution_str and "</reasoning>" not in solution_str:
+        return 0.0
+    return float(solution_str.strip().endswith(ground_truth))
+
+
+def either_match(completions, **kwargs):
+    return [1.0 if re.search(r"<think>.*</think>", c) or re.search(r"<reasoning>.*</reasoning>", c) else 0.0
+            for c in completions]
+
+
+def absent_either(data_source, solution_str, ground_truth, extra_info=None):
+    if "<think>" not in solution_str or "</think>" not in solution_str:
+        return 0.0
+    return 1.0
+
+
+def present_both(completions, **kwargs):
+    return [1.0 if "<think>" in c and "</think>" in c else 0.0 for c in completions]
+'''
+
+
+def test_tests_joined_by_or_need_one_of_their_tags(tmp_path):
+    """`if "</think>" not in s and "</reasoning>" not in s: return 0.0` (LIMR, DeepEyes) and `re.search(A) or
+    re.search(B)` pass with either tag: neither is needed alone. `not in ... or not in` and `in ... and in` need
+    both."""
+    from vlforge.rl.check import RewardPatterns
+
+    (tmp_path / "e.py").write_text(EITHER)
+
+    def tags(function: str) -> list[str]:
+        return RewardPatterns.of("r", inspect_reward(tmp_path / "e.py", function)).tags([])
+
+    assert tags("absent_both") == []
+    assert tags("either_match") == []
+    assert tags("absent_either") == ["<think>", "</think>"]
+    assert tags("present_both") == ["<think>", "</think>"]

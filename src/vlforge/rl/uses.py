@@ -69,10 +69,14 @@ def branch_of(place: ast.AST, parents: dict[int, ast.AST], checked: ast.AST, com
     (:func:`_presence_chain`, its tests traced to ``completion`` in the ``checked`` function) whose branch test or
     body holds ``place``: a completion takes one branch, so it needs what every scoring branch tests, not each
     branch's own tags. The ``else`` and a branch that only returns or sets a penalty (``return -1.0``) are failing
-    paths: a failing branch's ``branch`` is -1."""
+    paths: a failing branch's ``branch`` is -1. The operands of ``A or B`` (presence tests), and of ``A and B``
+    (absence tests: ``"</think>" not in s and "</reasoning>" not in s``) guarding a failing branch, are such
+    alternatives too (their chain: the negated position of the expression)."""
     child = place
     while (parent := parents.get(id(child))) is not None and \
             not isinstance(parent, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Module)):
+        if isinstance(parent, ast.BoolOp) and child in parent.values and _either(parent, parents):
+            return -(parent.lineno * 10_000 + parent.col_offset), parent.values.index(child), len(parent.values)
         if isinstance(parent, ast.If) and (child is parent.test or child in parent.body):
             chain = _presence_chain(parent, parents)
             scope = scope_of(parent, parents)
@@ -83,6 +87,26 @@ def branch_of(place: ast.AST, parents: dict[int, ast.AST], checked: ast.AST, com
                 return chain[0].lineno, scoring.index(parent) if parent in scoring else -1, len(scoring)
         child = parent
     return None
+
+
+def _either(expression: ast.BoolOp, parents: dict[int, ast.AST]) -> bool:
+    """``expression`` passes when any one of its tests finds its string: ``A or B`` of presence tests (``"<a>" in s``,
+    ``re.search(P, s)``, ``s.startswith(...)``), or ``A and B`` of absence tests (``"<a>" not in s``, ``not
+    re.search(P, s)``) as the test of an ``if`` whose body fails (:func:`_fails`)."""
+    def presence(test: ast.AST) -> bool:
+        return (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In)) or (
+            isinstance(test, ast.Call) and isinstance(test.func, ast.Attribute)
+            and test.func.attr in _MATCHES | _TEXT_TESTS)
+
+    def absence(test: ast.AST) -> bool:
+        return (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.NotIn)) or (
+            isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not) and presence(test.operand))
+
+    if isinstance(expression.op, ast.Or):
+        return all(map(presence, expression.values))
+    guard = parents.get(id(expression))
+    return isinstance(guard, ast.If) and guard.test is expression and _fails(guard.body) and \
+        all(map(absence, expression.values))
 
 
 def _fails(statements: list[ast.stmt]) -> bool:
