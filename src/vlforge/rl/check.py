@@ -139,7 +139,7 @@ class RewardPatterns(NamedTuple):
         """The tags a completion must hold (:func:`required_tags`): those of the tests outside any if/elif chain of
         presence tests, and of each chain those every branch tests; less those the reward supplies itself.
         ``firm_only``: without the soft tests (a completion scores without them too)."""
-        from vlforge.vocab.templates import find_tags
+        from vlforge.vocab.templates import find_tags, shared
 
         needs = [need for need in self.needs if not (firm_only and need.soft)]
         out = required_tags([(n.text, n.regex) for n in needs if n.branch is None], added)
@@ -154,8 +154,7 @@ class RewardPatterns(NamedTuple):
                       for branch, members in branches.items() if branch >= 0]
             if not tested or len(tested) < scoring[chain]:
                 continue  # a scoring branch that tests no tag: none is needed
-            shared = set.intersection(*map(set, tested))
-            out += [tag for tag in tested[0] if tag in shared and tag not in out]
+            out += [tag for tag in shared(tested) if tag not in out]
         own = {tag for text in self.supplied for _s, _e, tag in find_tags(text, added)}
         return [tag for tag in out if tag not in own]
 

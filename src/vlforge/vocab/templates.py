@@ -215,10 +215,19 @@ def _literal_runs(parsed, runs: list[str], current: list[str], required_only: bo
 
 
 def _shared_tags(alternatives: list[list[str]], added: list[str]) -> list[str]:
-    """The tags (:func:`find_tags`) every alternative's runs hold, in the first alternative's order: what a match
-    holds whichever alternative it takes."""
-    found = [[tag for run in runs for _s, _e, tag in find_tags(run, added)] for runs in alternatives]
-    return [tag for tag in dict.fromkeys(found[0]) if all(tag in other for other in found[1:])]
+    """The tags (:func:`find_tags`) every alternative's runs hold (:func:`shared`)."""
+    return shared([[tag for run in runs for _s, _e, tag in find_tags(run, added)] for runs in alternatives])
+
+
+def shared(alternatives: list[list[str]]) -> list[str]:
+    """What every alternative holds, in the first one's order: what a match (or a completion) holds whichever
+    alternative it takes.
+
+    Example:
+        >>> shared([["<think>", "<answer>"], ["<answer>", "<reasoning>"]])
+        ['<answer>']
+    """
+    return [tag for tag in dict.fromkeys(alternatives[0]) if all(tag in other for other in alternatives[1:])]
 
 
 def regex_literals(pattern: str, *, required_only: bool = False, added: list[str] | None = None) -> list[str]:
