@@ -315,6 +315,7 @@ def _imported_constants(tree: ast.Module, within: set[int], file: Path, search: 
     """The loads ``within`` of a string constant with a tag that the module imports (DeepScaleR's ``from
     .globals import THOUGHT_DELIMITER_END``), each with the module file and the constant there."""
     bound = _imports(tree)
+    tagged: dict[Path, dict[str, ast.Constant]] = {}  # each module read once: its tag constants by name
     out: list[tuple[ast.AST, Path, ast.Constant]] = []
     for load in ast.walk(tree):
         if id(load) not in within or not (isinstance(load, ast.Attribute) or (
@@ -323,15 +324,17 @@ def _imported_constants(tree: ast.Module, within: set[int], file: Path, search: 
         found = _imported_name(load, bound, file, search)
         if found is None:
             continue
-        try:
-            module = ast.parse(read_source(found[0])[0])
-        except (SyntaxError, OSError, UnicodeDecodeError, RecursionError):
-            continue
-        for node in module_statements(module.body):
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == found[1] for t in node.targets) \
-                    and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str) and \
-                    TAG_RE.search(node.value.value):
-                out.append((load, found[0], node.value))
+        source, name = found
+        if source not in tagged:
+            try:
+                module = ast.parse(read_source(source)[0])
+            except (SyntaxError, OSError, UnicodeDecodeError, RecursionError):
+                module = ast.Module(body=[], type_ignores=[])
+            tagged[source] = {key: node.value for key, nodes in _module_bindings(module).items() for node in nodes
+                              if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+                              and isinstance(node.value.value, str) and TAG_RE.search(node.value.value)}
+        if name in tagged[source]:
+            out.append((load, source, tagged[source][name]))
     return out
 
 
