@@ -58,6 +58,13 @@ def _needed(file: Path, function: str) -> list[str]:
     return [text for text, _regex in inspect_reward(file, function).needed]
 
 
+def _tags(file: Path, function: str, *, firm_only: bool = False) -> list[str]:
+    """The tags ``rl check`` audits for ``function`` of ``file`` (no added tokens)."""
+    from vlforge.rl.check import RewardPatterns
+
+    return RewardPatterns.of("r", inspect_reward(file, function)).tags([], firm_only=firm_only)
+
+
 def test_only_the_checked_function_and_what_it_reaches_count(files):
     """A tag-free accuracy reward beside a format reward in one file needs no tag (was: every tag of the file);
     a function reaches module constants and helpers it names."""
@@ -665,13 +672,10 @@ def test_a_tag_the_reward_adds_to_the_text_itself_is_not_needed_from_the_complet
     """philschmid's mini-R1 reward (copied widely): the prompt pre-fills `<think>` and the reward puts it back,
     `completion = "<think>" + completion`, before matching `^<think>...`: the completion needs `</think>`,
     `<answer>`, `</answer>`, not `<think>`. A pattern built with `+` still requires its tags."""
-    from vlforge.rl.check import RewardPatterns
-
     (tmp_path / "s.py").write_text(SUPPLIED)
 
     def tags(function: str) -> list[str]:
-        info = inspect_reward(tmp_path / "s.py", function)
-        return RewardPatterns.of("r", info).tags([])
+        return _tags(tmp_path / "s.py", function)
 
     assert tags("prepended") == ["</think>", "<answer>", "</answer>"]
     assert tags("searched_with_it") == ["</think>"]
@@ -728,12 +732,10 @@ def test_an_if_elif_chain_of_presence_tests_needs_one_branch_not_each(tmp_path):
     "<|im_start|>assistant" in s ...`: a completion takes one branch, so neither branch's tags are needed alone (they
     were all required: TinyZero's `<|im_start|>` was even reported stripped and pre-filled); a tag outside the chain
     still is. A chain of absence tests (`not in`) needs every tag."""
-    from vlforge.rl.check import RewardPatterns
-
     (tmp_path / "c.py").write_text(CHAINS)
 
     def tags(function: str) -> list[str]:
-        return RewardPatterns.of("r", inspect_reward(tmp_path / "c.py", function)).tags([])
+        return _tags(tmp_path / "c.py", function)
 
     assert tags("either_block") == []
     assert tags("compute_score") == ["<answer>", "</answer>"]
@@ -1047,12 +1049,9 @@ class Rewards:
     ("index_loop", [], True),  # solution[i] is the data, whatever the index comes from
 ])
 def test_shapes_a_review_found_misread(tmp_path, function, tags, firm):
-    from vlforge.rl.check import RewardPatterns
-
     (tmp_path / "r.py").write_text(REVIEWED_SHAPES)
-    found = RewardPatterns.of("r", inspect_reward(tmp_path / "r.py", function))
-    assert found.tags([]) == tags
-    assert (found.tags([], firm_only=True) == tags) == firm
+    assert _tags(tmp_path / "r.py", function) == tags
+    assert (_tags(tmp_path / "r.py", function, firm_only=True) == tags) == firm
 
 
 def test_a_function_of_no_engines_signature_takes_none_of_its_parameters_for_data(tmp_path):
@@ -1153,12 +1152,10 @@ def test_tests_joined_by_or_need_one_of_their_tags(tmp_path):
     """`if "</think>" not in s and "</reasoning>" not in s: return 0.0` (LIMR, DeepEyes) and `re.search(A) or
     re.search(B)` pass with either tag: neither is needed alone. `not in ... or not in` and `in ... and in` need
     both."""
-    from vlforge.rl.check import RewardPatterns
-
     (tmp_path / "e.py").write_text(EITHER)
 
     def tags(function: str) -> list[str]:
-        return RewardPatterns.of("r", inspect_reward(tmp_path / "e.py", function)).tags([])
+        return _tags(tmp_path / "e.py", function)
 
     assert tags("absent_both") == []
     assert tags("either_match") == []
