@@ -166,13 +166,6 @@ def _module_bindings(tree: ast.Module) -> dict[str, list[ast.AST]]:
     return defined
 
 
-def _import_of(tree: ast.Module, name: str) -> tuple[ast.ImportFrom, str] | None:
-    """The last module-level ``from M import X [as name]`` binding ``name`` (in module-level blocks too), and ``X``."""
-    found = [(node, alias.name) for node in module_statements(tree.body) if isinstance(node, ast.ImportFrom)
-             for alias in node.names if (alias.asname or alias.name) == name]
-    return max(found, key=lambda item: item[0].lineno, default=None)
-
-
 def _local_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     """Names ``function`` binds itself (parameters, assignments, loop and comprehension targets, nested functions,
     imports), less those it declares ``global``: a load of one of them is not the module's binding."""
@@ -272,7 +265,8 @@ def module_file(parts: list[str], bases: list[Path], *, local: bool = False) -> 
 
 
 def _imports(tree: ast.Module) -> dict[str, tuple[ast.Import | ast.ImportFrom, str]]:
-    """Each name the module's imports bind: its import and the name imported."""
+    """Each name the module's imports bind (in module-level blocks too; the last import of a name wins): its import
+    and the name imported."""
     bound: dict[str, tuple[ast.Import | ast.ImportFrom, str]] = {}
     for node in module_statements(tree.body):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -416,7 +410,9 @@ def inspect_reward(file: Path, function: str, search: tuple[Path, ...] = (), *,
     if owner:
         owner_class, member = _method_of(file, defined, owner, method)
         bindings = [member]
-    imported = None if owner else _import_of(tree, function)
+    imported = None if owner else _imports(tree).get(function)  # the last import that binds the name
+    if imported is not None and not isinstance(imported[0], ast.ImportFrom):
+        imported = None
     if imported is not None and (not bindings or imported[0].lineno > bindings[-1].lineno):
         node, original = imported
         source = _imported_from(node, file, search)
