@@ -34,6 +34,7 @@ _MESSAGE_CALLS = frozenset({"print", "debug", "info", "warning", "warn", "error"
                             "log"})
 """Calls whose string arguments are messages (``print``, ``logger.debug``, ``warnings.warn``), not tests."""
 _RANK = {"regex": 3, "literal": 2, "processing": 1, "text": 1, "message": 0}
+_BUILTINS = frozenset(dir(builtins))
 COMPLETION_PARAMS = {"trl": ("completions", "completion_ids"), "verl": ("solution_str",), "openrlhf": ("queries",)}
 """The parameters that carry the completion, by engine signature (EasyR1's and verl's built-in scorers: the first)."""
 
@@ -395,7 +396,7 @@ def _origins(expr: ast.AST, scope: ast.AST, params: set[str], seen: frozenset[st
         if name.id not in memo:
             sources = bound_values(name.id, scope)
             if not sources:  # a builtin or a module's attribute carries no parameter; another global is untraced
-                memo[name.id] = set() if name.id in dir(builtins) or id(name) in bases else None
+                memo[name.id] = set() if name.id in _BUILTINS or id(name) in bases else None
             else:
                 found: set[str] | None = set()
                 for source in sources:
